@@ -1,0 +1,58 @@
+"""rabbitq: RabbitMQ consumers that never lose work.
+
+Typed messages in; handled, retried through per-delay TTL queues, or dead-lettered
+with the reason attached. See the README for the guarantees and a tutorial.
+"""
+
+from importlib.metadata import PackageNotFoundError, version
+
+from .app import App, Context, Handler, load_app
+from .consumer import Worker
+from .errors import (
+    AppLoadError,
+    BrokerUnavailable,
+    ConfigurationError,
+    DecodeError,
+    PartialPublish,
+    PermanentError,
+    PublishError,
+    PublishInterrupted,
+    PublishNacked,
+    RabbitqError,
+    TopologyMismatch,
+    Unroutable,
+)
+from .hooks import Hooks
+from .message import Message
+from .publisher import Publisher
+from .retry import RetryPolicy
+
+try:
+    __version__ = version("rabbitq")
+except PackageNotFoundError:  # running from a source tree that is not installed
+    __version__ = "0+unknown"
+
+__all__ = [
+    "App",
+    "AppLoadError",
+    "BrokerUnavailable",
+    "ConfigurationError",
+    "Context",
+    "DecodeError",
+    "Handler",
+    "Hooks",
+    "Message",
+    "PartialPublish",
+    "PermanentError",
+    "PublishError",
+    "PublishInterrupted",
+    "PublishNacked",
+    "Publisher",
+    "RabbitqError",
+    "RetryPolicy",
+    "TopologyMismatch",
+    "Unroutable",
+    "Worker",
+    "__version__",
+    "load_app",
+]

@@ -1,0 +1,225 @@
+"""The :class:`App`: one service's queue, its handlers and its retry policy.
+
+An App is configuration plus a registry of handlers; it does no I/O until you ask it
+for a publisher or run a worker, so it is safe to build at import time.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import os
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from types import EllipsisType
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from .errors import AppLoadError, ConfigurationError
+from .message import Message
+from .retry import RetryPolicy
+from .settings import resolve_url
+from .topology import DEFAULT_DELIVERY_LIMIT, QueueType, Topology, plan
+
+if TYPE_CHECKING:
+    from .publisher import Publisher
+
+M = TypeVar("M", bound=Message)
+HandlerFn = Callable[..., Any]
+
+DEFAULT_TIMEOUT = 300.0
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Context:
+    """What a handler may want to know about the delivery besides the message.
+
+    ``message_id`` is the AMQP ``message_id`` property; for a message from another
+    producer that has none, it is the empty string. Use it to make handlers idempotent.
+    """
+
+    message_id: str
+    attempt: int
+    max_attempts: int
+    redelivered: bool
+    headers: Mapping[str, Any]
+    correlation_id: str | None
+    queue: str
+    type: str
+    routing_key: str
+    timestamp: datetime | None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Handler:
+    """A registered handler: the function and how it is run."""
+
+    model: type[Message]
+    fn: HandlerFn
+    retry: RetryPolicy
+    timeout: float | None
+    is_async: bool
+    wants_context: bool
+
+    @property
+    def type_name(self) -> str:
+        """The message type this handler consumes."""
+        return self.model.type_name()
+
+
+def _wants_context(fn: HandlerFn) -> bool:
+    params = [
+        p
+        for p in inspect.signature(fn).parameters.values()
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+    ]
+    if not params or len(params) > 2:
+        raise ConfigurationError(f"handler {fn.__qualname__} must take (message) or (message, ctx)")
+    return len(params) == 2
+
+
+def _check_timeout(timeout: float | None) -> float | None:
+    if timeout is not None and not timeout > 0:
+        raise ConfigurationError(f"timeout must be positive seconds or None, not {timeout!r}")
+    return timeout
+
+
+class App:
+    """A service that consumes one queue. See the README for a tutorial.
+
+    ``url`` defaults to ``$RABBITQ_URL`` (read when connecting, not here), else the
+    local broker. ``prefetch`` is the number of handlers in flight per worker process.
+    ``timeout`` is the default per-handler time limit in seconds (None: no limit).
+    ``queue_type`` applies to every queue of the app, the DLQ included.
+    """
+
+    def __init__(
+        self,
+        *,
+        queue: str,
+        url: str | None = None,
+        exchange: str = "rabbitq",
+        prefetch: int = 64,
+        retry: RetryPolicy | None = None,
+        timeout: float | None = DEFAULT_TIMEOUT,
+        queue_type: QueueType = "classic",
+        delivery_limit: int = DEFAULT_DELIVERY_LIMIT,
+    ) -> None:
+        if prefetch < 1:
+            raise ConfigurationError(f"prefetch must be at least 1, not {prefetch}")
+        if not exchange:
+            raise ConfigurationError("exchange must be a name; the default exchange is internal")
+        self.queue = queue
+        self.url = url
+        self.exchange = exchange
+        self.prefetch = prefetch
+        self.retry = retry or RetryPolicy()
+        self.timeout = _check_timeout(timeout)
+        self.queue_type: QueueType = queue_type
+        self.delivery_limit = delivery_limit
+        self._handlers: dict[str, Handler] = {}
+        self.topology()  # validate names and arguments now, not at first connect
+
+    def __repr__(self) -> str:
+        return f"App(queue={self.queue!r}, exchange={self.exchange!r})"
+
+    @property
+    def handlers(self) -> Mapping[str, Handler]:
+        """Registered handlers by message type name."""
+        return self._handlers
+
+    def handler(
+        self,
+        model: type[M],
+        *,
+        retry: RetryPolicy | None = None,
+        timeout: float | None | EllipsisType = ...,
+    ) -> Callable[[HandlerFn], HandlerFn]:
+        """Register the decorated function (async or sync) as the handler of ``model``.
+
+        ``retry`` and ``timeout`` override the app's for this handler; ``timeout=None``
+        means no time limit.
+        """
+        if not (isinstance(model, type) and issubclass(model, Message)):
+            raise ConfigurationError(f"handler() takes a Message subclass, not {model!r}")
+        name = model.type_name()
+        if name in self._handlers:
+            raise ConfigurationError(f"{self!r} already has a handler for {name!r}")
+
+        limit = self.timeout if isinstance(timeout, EllipsisType) else _check_timeout(timeout)
+
+        def register(fn: HandlerFn) -> HandlerFn:
+            self._handlers[name] = Handler(
+                model=model,
+                fn=fn,
+                retry=retry or self.retry,
+                timeout=limit,
+                is_async=inspect.iscoroutinefunction(fn),
+                wants_context=_wants_context(fn),
+            )
+            return fn
+
+        return register
+
+    def topology(self) -> Topology:
+        """Every queue, argument and binding this app declares (pure, no I/O)."""
+        delays = {ms for h in self._handlers.values() for ms in h.retry.delays_ms}
+        delays.update(self.retry.delays_ms)
+        return plan(
+            queue=self.queue,
+            exchange=self.exchange,
+            delays_ms=delays,
+            routing_keys=self._handlers,
+            queue_type=self.queue_type,
+            delivery_limit=self.delivery_limit,
+        )
+
+    def resolved_url(self, override: str | None = None) -> str:
+        """The URL to connect to: ``override``, else the app's, else ``$RABBITQ_URL``."""
+        return resolve_url(override or self.url)
+
+    def publisher(self, *, url: str | None = None) -> Publisher:
+        """An async context manager that publishes with confirms::
+
+        async with app.publisher() as pub:
+            await pub.publish(SendEmail(...))
+        """
+        from .publisher import Publisher
+
+        return Publisher(self, url=self.resolved_url(url))
+
+
+def load_app(spec: str) -> App:
+    """Import ``module.path:attribute`` and return the :class:`App` it names.
+
+    The current directory is importable, as with ``python -m``, so that
+    ``rabbitq worker myservice:app`` works from a project's root.
+    """
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise AppLoadError(f"expected MODULE:APP (for example 'myservice.tasks:app'), got {spec!r}")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name and module_name.startswith(exc.name):
+            raise AppLoadError(
+                f"cannot import module {module_name!r}: no such module "
+                f"(run from the project's root or fix PYTHONPATH)"
+            ) from exc
+        raise AppLoadError(f"importing {module_name!r} failed: {exc}") from exc
+    except Exception as exc:
+        raise AppLoadError(
+            f"importing {module_name!r} failed: {type(exc).__name__}: {exc}"
+        ) from exc
+    obj: Any = module
+    for part in attr.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise AppLoadError(f"module {module_name!r} has no attribute {attr!r}") from None
+    if not isinstance(obj, App):
+        raise AppLoadError(f"{spec!r} is a {type(obj).__name__}, not a rabbitq.App")
+    return obj

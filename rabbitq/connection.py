@@ -1,0 +1,39 @@
+"""Opening a robust connection, with errors a person can act on and no password in them."""
+
+from __future__ import annotations
+
+import aio_pika
+import aiormq
+from aio_pika.abc import AbstractRobustConnection
+
+from .errors import BrokerUnavailable
+from .settings import redact_url, url_password
+
+START_HINT = "start one with 'rabbitmq-server -detached' or set RABBITQ_URL / --url"
+
+
+def scrub(text: str, url: str) -> str:
+    """``text`` with the URL's password (if any) replaced by ``***``."""
+    password = url_password(url)
+    return text.replace(password, "***") if password else text
+
+
+async def connect(url: str, *, name: str, timeout: float = 10.0) -> AbstractRobustConnection:
+    """Connect with automatic reconnection; raise :class:`BrokerUnavailable` if we cannot.
+
+    The first connection must succeed: a worker that starts without a broker says so
+    and exits rather than waiting silently. Later losses are recovered by aio-pika.
+    """
+    try:
+        return await aio_pika.connect_robust(
+            url, timeout=timeout, client_properties={"connection_name": name}
+        )
+    except aiormq.exceptions.ProbableAuthenticationError as exc:
+        raise BrokerUnavailable(
+            f"RabbitMQ at {redact_url(url)} refused the login: check the user and password"
+        ) from exc
+    except (TimeoutError, OSError, aiormq.exceptions.AMQPError, ValueError) as exc:
+        detail = scrub(str(exc) or type(exc).__name__, url)
+        raise BrokerUnavailable(
+            f"cannot reach RabbitMQ at {redact_url(url)} ({detail}); {START_HINT}"
+        ) from exc

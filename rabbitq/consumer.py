@@ -1,0 +1,352 @@
+"""The worker: consume one queue with prefetch-bounded concurrency and settle every
+delivery safely with the broker.
+
+The order of operations is the guarantee: a retry or DLQ copy is published and
+*confirmed* before the original is acked; if the copy cannot be confirmed the original
+is returned to the queue (nack, requeue). A lost connection leaves every unacked
+delivery to the broker, which redelivers it. Nothing is acked that is not safe.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import aio_pika
+from aio_pika.abc import (
+    AbstractChannel,
+    AbstractExchange,
+    AbstractIncomingMessage,
+    AbstractQueue,
+    AbstractRobustConnection,
+)
+
+from . import headers as h
+from .app import App
+from .connection import connect
+from .dispatch import UNKNOWN, Outcome, process, resolve_type
+from .errors import PublishError
+from .hooks import Hooks, combine
+from .publisher import confirmed
+from .retry import DeadLetter, Retry
+from .settings import redact_url
+from .topology import Topology, declare
+
+log = logging.getLogger("rabbitq.worker")
+
+DEFAULT_GRACE_PERIOD = 30.0
+# After a copy could not be confirmed, wait this long before returning the message,
+# so that a persistent fault (a deleted retry queue) does not become a hot loop.
+REQUEUE_BACKOFF = 1.0
+
+
+def _copy(
+    delivery: AbstractIncomingMessage, type_name: str, headers: dict[str, Any]
+) -> aio_pika.Message:
+    """A persistent copy with the body and standard properties unchanged.
+
+    Not carried: ``expiration`` (a copy must not silently expire in the DLQ) and
+    ``user_id`` (the broker checks it against the publishing user).
+    """
+    return aio_pika.Message(
+        body=delivery.body,
+        headers=headers,
+        content_type=delivery.content_type,
+        content_encoding=delivery.content_encoding,
+        delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
+        priority=delivery.priority,
+        correlation_id=delivery.correlation_id,
+        reply_to=delivery.reply_to,
+        message_id=delivery.message_id,
+        timestamp=delivery.timestamp,
+        type=type_name,
+        app_id=delivery.app_id,
+    )
+
+
+class Worker:
+    """Runs an :class:`App`'s handlers against its queue until stopped.
+
+    ``await worker.run()`` blocks until :meth:`stop` is called (or SIGTERM/SIGINT,
+    with ``install_signal_handlers=True``), then drains: no new deliveries, in-flight
+    handlers get ``grace_period`` seconds, the rest are returned to the queue.
+    """
+
+    def __init__(
+        self,
+        app: App,
+        *,
+        url: str | None = None,
+        prefetch: int | None = None,
+        grace_period: float = DEFAULT_GRACE_PERIOD,
+        hooks: Hooks | list[Hooks] | None = None,
+        sync_workers: int | None = None,
+    ) -> None:
+        if not app.handlers:
+            from .errors import ConfigurationError
+
+            raise ConfigurationError(f"{app!r} has no handlers: register one with @app.handler")
+        self.app = app
+        self.url = app.resolved_url(url)
+        self.prefetch = prefetch or app.prefetch
+        self.grace_period = grace_period
+        self.hooks = combine(hooks)
+        self.topology: Topology = app.topology()
+        self._handlers = app.handlers
+        self._queue_name = app.queue
+        self._executor = ThreadPoolExecutor(
+            max_workers=sync_workers or self.prefetch, thread_name_prefix="rabbitq-handler"
+        )
+        self._connection: AbstractRobustConnection | None = None
+        self._consume_channel: AbstractChannel | None = None
+        self._copy_exchange: AbstractExchange | None = None
+        self._queue: AbstractQueue | None = None
+        self._consumer_tag: str | None = None
+        self._handling: dict[asyncio.Task[Any], AbstractIncomingMessage] = {}
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._stop = asyncio.Event()
+        self._stopping = False
+        self.ready = asyncio.Event()
+
+    # -- lifecycle ---------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Connect, declare the topology and start consuming."""
+        self._connection = await connect(self.url, name=f"rabbitq worker {self._queue_name}")
+        self._connection.close_callbacks.add(self._on_connection_lost)
+        self._connection.reconnect_callbacks.add(self._on_reconnected)
+        self.hooks.connection_changed(True)
+        try:
+            self._consume_channel = await self._connection.channel(publisher_confirms=False)
+            await self._consume_channel.set_qos(prefetch_count=self.prefetch)
+            copy_channel = await self._connection.channel(
+                publisher_confirms=True, on_return_raises=True
+            )
+            self._copy_exchange = copy_channel.default_exchange
+            # Declared on the robust channel, so aio-pika re-declares it on reconnect.
+            self._queue = await declare(self._consume_channel, self.topology)
+            self._consumer_tag = await self._queue.consume(self._on_message)
+        except BaseException:
+            await self._close_connection()
+            raise
+        self.hooks.consuming_changed(True)
+        self.ready.set()
+        log.info(
+            "consuming %r on %s (prefetch %d, types: %s)",
+            self._queue_name,
+            redact_url(self.url),
+            self.prefetch,
+            ", ".join(sorted(self._handlers)),
+        )
+
+    def stop(self) -> None:
+        """Ask :meth:`run` to drain and return. Safe to call from a signal handler."""
+        self._stop.set()
+
+    async def run(self, *, install_signal_handlers: bool = False) -> None:
+        """Start, run until stopped, then drain and close."""
+        loop = asyncio.get_running_loop()
+        if install_signal_handlers:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(sig, self._on_signal, sig)
+        try:
+            await self.start()
+            await self._stop.wait()
+        finally:
+            await self.shutdown()
+            if install_signal_handlers:
+                for sig in (signal.SIGTERM, signal.SIGINT):
+                    loop.remove_signal_handler(sig)
+
+    def _on_signal(self, sig: signal.Signals) -> None:
+        if self._stop.is_set():
+            log.warning("%s again: still draining (grace period %gs)", sig.name, self.grace_period)
+            return
+        log.info("%s received: draining", sig.name)
+        self.stop()
+
+    async def shutdown(self) -> None:
+        """Stop taking deliveries, let handlers finish within the grace period, requeue
+        the rest, close. Idempotent."""
+        if self._stopping:
+            return
+        self._stopping = True
+        self.ready.clear()
+        await self._cancel_consumer()
+        self.hooks.consuming_changed(False)
+        if self._tasks:
+            log.info(
+                "waiting up to %gs for %d in-flight handler(s)", self.grace_period, len(self._tasks)
+            )
+            await asyncio.wait(list(self._tasks), timeout=self.grace_period)
+        late = [t for t in self._handling if not t.done()]
+        if late:
+            log.warning("grace period over: returning %d message(s) to the queue", len(late))
+            for task in late:
+                task.cancel()  # the task nacks its delivery with requeue
+        if self._tasks:
+            # Settling (a confirm, an ack) is short; it is never cancelled half-way.
+            await asyncio.wait(list(self._tasks), timeout=10)
+        await self._close_connection()
+        self._executor.shutdown(wait=False, cancel_futures=True)
+        log.info("worker for %r stopped", self._queue_name)
+
+    async def _cancel_consumer(self) -> None:
+        if self._queue is None or self._consumer_tag is None:
+            return
+        try:
+            await self._queue.cancel(self._consumer_tag)
+        except Exception as exc:  # the connection may already be gone; closing requeues all
+            log.warning("could not cancel the consumer cleanly: %s", exc)
+
+    async def _close_connection(self) -> None:
+        if self._connection is not None:
+            self._connection.close_callbacks.discard(self._on_connection_lost)
+            try:
+                await self._connection.close()
+            except Exception as exc:
+                log.warning("error while closing the connection: %s", exc)
+            self._connection = None
+            self.hooks.connection_changed(False)
+
+    def _on_connection_lost(self, _sender: object, exc: BaseException | None) -> None:
+        if self._stopping:
+            return
+        self.ready.clear()
+        self.hooks.connection_changed(False)
+        log.warning("connection to RabbitMQ lost (%s); reconnecting", exc or "closed")
+
+    def _on_reconnected(self, _sender: object) -> None:
+        self.hooks.connection_changed(True)
+        if not self._stopping:
+            self.ready.set()
+        log.info("reconnected to RabbitMQ; consuming %r again", self._queue_name)
+
+    # -- one delivery ------------------------------------------------------------
+
+    async def _on_message(self, delivery: AbstractIncomingMessage) -> None:
+        if self._stopping:
+            # Arrived between basic.cancel and its confirmation: give it back.
+            await self._nack(delivery, resolve_type(delivery, self._queue_name))
+            return
+        task = asyncio.current_task()
+        assert task is not None
+        self._tasks.add(task)
+        self._handling[task] = delivery
+        type_name = resolve_type(delivery, self._queue_name)
+        self.hooks.received(self._queue_name, type_name if type_name in self._handlers else UNKNOWN)
+        self.hooks.handler_started(self._queue_name)
+        try:
+            if delivery.redelivered:
+                log.info(
+                    "redelivered message %s (it may have been handled before: at-least-once)",
+                    delivery.message_id or "(no message_id)",
+                )
+            try:
+                outcome = await process(
+                    self._handlers, self._queue_name, delivery, self._executor, type_name
+                )
+            except asyncio.CancelledError:
+                await self._nack(delivery, type_name)
+                raise
+            finally:
+                self._handling.pop(task, None)
+                self.hooks.handler_finished(self._queue_name)
+            await self._settle(delivery, outcome)
+        finally:
+            self._tasks.discard(task)
+
+    async def _settle(self, delivery: AbstractIncomingMessage, outcome: Outcome) -> None:
+        decision = outcome.decision
+        queue = self._queue_name
+        if isinstance(decision, Retry):
+            target = self.topology.retry_queue(decision.delay_ms).name
+            headers = h.retry_headers(
+                delivery.headers,
+                next_attempt=decision.next_attempt,
+                error=outcome.error or "",
+                exchange=delivery.exchange or "",
+                routing_key=delivery.routing_key or "",
+            )
+        elif isinstance(decision, DeadLetter):
+            target = self.topology.dlq.name
+            headers = h.dead_letter_headers(
+                delivery.headers,
+                reason=decision.reason,
+                error=outcome.error or "",
+                traceback=outcome.traceback,
+                queue=queue,
+                attempt=outcome.attempt,
+                exchange=delivery.exchange or "",
+                routing_key=delivery.routing_key or "",
+            )
+        else:
+            if await self._ack(delivery):
+                self.hooks.succeeded(queue, outcome.type_name, outcome.duration)
+            return
+
+        type_name = outcome.type_name if outcome.type_name != UNKNOWN else delivery.type
+        copy = _copy(delivery, type_name or resolve_type(delivery, queue), headers)
+        assert self._copy_exchange is not None
+        try:
+            await confirmed(self._copy_exchange, copy, target)
+        except PublishError as exc:
+            log.error(
+                "could not store message %s in %s (%s); returning it to %r",
+                delivery.message_id or "(no message_id)",
+                target,
+                exc,
+                queue,
+            )
+            await asyncio.sleep(REQUEUE_BACKOFF)
+            await self._nack(delivery, outcome.type_name)
+            return
+        if not await self._ack(delivery):
+            return  # the copy is stored and the original will be redelivered: a duplicate
+        if isinstance(decision, Retry):
+            log.info(
+                "message %s (%s) failed attempt %d, retrying in %s: %s",
+                delivery.message_id or "-",
+                outcome.type_name,
+                outcome.attempt,
+                decision.label,
+                outcome.error,
+            )
+            self.hooks.retried(queue, outcome.type_name, decision.label, outcome.duration)
+        else:
+            assert isinstance(decision, DeadLetter)
+            log.warning(
+                "message %s (%s) dead-lettered to %s (%s): %s",
+                delivery.message_id or "-",
+                outcome.type_name,
+                target,
+                decision.reason,
+                outcome.error,
+            )
+            self.hooks.dead_lettered(queue, outcome.type_name, decision.reason, outcome.duration)
+
+    async def _ack(self, delivery: AbstractIncomingMessage) -> bool:
+        try:
+            await delivery.ack()
+        except Exception as exc:
+            log.warning(
+                "could not ack message %s (%s): the broker will redeliver it",
+                delivery.message_id or "(no message_id)",
+                type(exc).__name__,
+            )
+            return False
+        return True
+
+    async def _nack(self, delivery: AbstractIncomingMessage, type_name: str) -> None:
+        try:
+            await delivery.nack(requeue=True)
+        except Exception as exc:
+            log.warning(
+                "could not return message %s (%s): the broker will redeliver it",
+                delivery.message_id or "(no message_id)",
+                type(exc).__name__,
+            )
+        self.hooks.requeued(self._queue_name, type_name)

@@ -1,0 +1,83 @@
+"""Hooks: how cross-cutting concerns (metrics, the demo's live summary) observe a worker.
+
+Subclass :class:`Hooks` and override what you need; every method is a no-op by
+default and is called on the event loop, so it must be quick and must not raise.
+Every delivery ends in exactly one of ``succeeded``, ``retried``, ``dead_lettered``
+or ``requeued`` (returned to its queue because its outcome could not be made safe,
+or because the worker shut down before the handler finished).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+
+class Hooks:
+    """No-op base class of worker and publisher hooks."""
+
+    def received(self, queue: str, type_name: str) -> None:
+        """A delivery arrived (``type_name`` is ``unknown`` if no handler knows it)."""
+
+    def succeeded(self, queue: str, type_name: str, duration: float) -> None:
+        """The handler returned and the delivery is being acked."""
+
+    def retried(self, queue: str, type_name: str, delay: str, duration: float) -> None:
+        """A confirmed copy went to the retry queue with the ``delay`` label."""
+
+    def dead_lettered(self, queue: str, type_name: str, reason: str, duration: float) -> None:
+        """A confirmed copy went to the DLQ with ``reason``."""
+
+    def requeued(self, queue: str, type_name: str) -> None:
+        """The delivery went back to its queue (nack with requeue)."""
+
+    def handler_started(self, queue: str) -> None:
+        """A handler began (in-flight count up)."""
+
+    def handler_finished(self, queue: str) -> None:
+        """A handler ended, however it ended (in-flight count down)."""
+
+    def connection_changed(self, up: bool) -> None:
+        """The broker connection was established (True) or lost (False)."""
+
+    def consuming_changed(self, consuming: bool) -> None:
+        """The worker started or stopped consuming its queue."""
+
+    def published(self, exchange: str, type_name: str) -> None:
+        """A publish was confirmed."""
+
+    def publish_failed(self, exchange: str, type_name: str, error: str) -> None:
+        """A publish failed; ``error`` is one of unroutable, nacked, interrupted."""
+
+
+class HookSet(Hooks):
+    """Calls each of several hooks in order; its methods are made by :func:`_fan_out`."""
+
+    def __init__(self, hooks: list[Hooks]) -> None:
+        self.hooks = hooks
+
+
+def _fan_out(name: str) -> Callable[..., None]:
+    def method(self: HookSet, *args: Any) -> None:
+        for hook in self.hooks:
+            getattr(hook, name)(*args)
+
+    method.__name__ = name
+    method.__doc__ = getattr(Hooks, name).__doc__
+    return method
+
+
+for _name in [n for n in vars(Hooks) if not n.startswith("_")]:
+    setattr(HookSet, _name, _fan_out(_name))
+
+
+def combine(hooks: Hooks | list[Hooks] | tuple[Hooks, ...] | None) -> Hooks:
+    """One :class:`Hooks` for none, one or several."""
+    if hooks is None:
+        return Hooks()
+    if isinstance(hooks, Hooks):
+        return hooks
+    items = list(hooks)
+    if len(items) == 1:
+        return items[0]
+    return HookSet(items)

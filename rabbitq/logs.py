@@ -1,0 +1,58 @@
+"""Log set-up for the CLI: readable lines by default, one JSON object per line with
+``--log-json``; either way a secret (the broker password) is replaced by ``***``."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from datetime import UTC, datetime
+
+import orjson
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per record: time, level, logger, message (and exc_info)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry = {
+            "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        if record.exc_info:
+            entry["exc_info"] = self.formatException(record.exc_info)
+        return orjson.dumps(entry).decode()
+
+
+class Redact(logging.Filter):
+    """Replaces each secret in a record's final text with ``***``."""
+
+    def __init__(self, secrets: list[str]) -> None:
+        super().__init__()
+        self.secrets = [s for s in secrets if s]
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if self.secrets:
+            text = record.getMessage()
+            for secret in self.secrets:
+                text = text.replace(secret, "***")
+            record.msg, record.args = text, None
+        return True
+
+
+def configure(*, level: str = "INFO", json: bool = False, secrets: list[str] | None = None) -> None:
+    """Send rabbitq's (and aio-pika's) logs to stderr in the chosen format."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(
+        JsonFormatter()
+        if json
+        else logging.Formatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s")
+    )
+    handler.addFilter(Redact(secrets or []))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+    # aio-pika logs every reconnect attempt with a traceback at WARNING; ours say it once.
+    logging.getLogger("aio_pika").setLevel(max(logging.ERROR, root.level))
+    logging.getLogger("aiormq").setLevel(max(logging.ERROR, root.level))

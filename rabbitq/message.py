@@ -1,0 +1,87 @@
+"""Typed messages: the :class:`Message` base class and the type-name registry.
+
+A message type is a pydantic v2 model with a wire name::
+
+    class SendEmail(Message, type="email.send"):
+        to: str
+
+The name is the AMQP ``type`` property and the routing key on the topic exchange.
+Two different models may not share a name; that is caught when the second class is
+defined (at import time), not when the first message arrives.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict
+
+from .errors import ConfigurationError
+
+# A topic routing key is dot-separated words; "*" and "#" would act as wildcards
+# if the name were ever used in a binding, so they are not allowed.
+_TYPE_NAME = re.compile(r"^[A-Za-z0-9_\-]+(\.[A-Za-z0-9_\-]+)*$")
+_MAX_TYPE_LEN = 255  # AMQP short string
+
+_registry: dict[str, type[Message]] = {}
+
+
+def validate_type_name(name: str) -> str:
+    """Return ``name`` if it can be a type name / routing key, else raise."""
+    if not isinstance(name, str) or not _TYPE_NAME.match(name) or len(name) > _MAX_TYPE_LEN:
+        raise ConfigurationError(
+            f"invalid message type name {name!r}: use dot-separated words of letters, "
+            f"digits, '-' and '_' (for example 'email.send')"
+        )
+    return name
+
+
+class Message(BaseModel):
+    """Base class of every typed message. Subclass with ``type="name"``."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    __rabbitq_type__: ClassVar[str]
+
+    def __init_subclass__(cls, type: str | None = None, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if type is None:
+            # An abstract intermediate base, or a subclass of a typed message that
+            # inherits its parent's name without registering a second model for it.
+            return
+        register(validate_type_name(type), cls)
+
+    @classmethod
+    def type_name(cls) -> str:
+        """The wire name given with ``type=`` in the class statement."""
+        try:
+            return cls.__rabbitq_type__
+        except AttributeError:
+            raise ConfigurationError(
+                f"{cls.__qualname__} has no message type: declare it as "
+                f"class {cls.__name__}(Message, type='...')"
+            ) from None
+
+
+def _origin(model: type[Message]) -> str:
+    return f"{model.__module__}.{model.__qualname__}"
+
+
+def register(name: str, model: type[Message]) -> None:
+    """Register ``model`` under ``name``; a second, different model is an error."""
+    existing = _registry.get(name)
+    # The same class defined again by a module re-import (e.g. importlib.reload)
+    # replaces itself; a different class claiming the name is a mistake.
+    if existing is not None and _origin(existing) != _origin(model):
+        raise ConfigurationError(
+            f"message type {name!r} is already defined by {_origin(existing)}; "
+            f"{_origin(model)} cannot use it too"
+        )
+    model.__rabbitq_type__ = name
+    _registry[name] = model
+
+
+def lookup(name: str) -> type[Message] | None:
+    """The model registered under ``name``, if any."""
+    return _registry.get(name)

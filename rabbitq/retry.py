@@ -1,0 +1,101 @@
+"""Retry policy and the pure decision: after a failed attempt, which tier or the DLQ.
+
+Attempts are counted in rabbitq's own ``rabbitq-attempt`` header (1-based, absent
+means 1), not in the broker's ``x-death``: a message gets ``1 + len(delays)``
+attempts, the n-th failure going to the n-th delay's retry queue.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import ConfigurationError
+from .topology import delay_label, delay_ms
+
+# Dead-letter reasons, as written to the ``rabbitq-reason`` header.
+EXHAUSTED = "exhausted"
+PERMANENT = "permanent"
+INVALID = "invalid"
+UNKNOWN_TYPE = "unknown-type"
+REASONS = (EXHAUSTED, PERMANENT, INVALID, UNKNOWN_TYPE)
+
+# Far above any sane number of attempts; a larger header value is treated as this.
+_MAX_ATTEMPT = 1_000_000
+
+
+@dataclass(frozen=True, kw_only=True)
+class RetryPolicy:
+    """Delays (in seconds) between attempts: ``attempts = 1 + len(delays)``.
+
+    ``RetryPolicy(delays=())`` means a single attempt: a failure is dead-lettered.
+    """
+
+    delays: tuple[float, ...] = (1, 10, 60, 600)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.delays, (str, bytes)) or not isinstance(self.delays, tuple | list):
+            raise ConfigurationError(f"delays must be a tuple of seconds, not {self.delays!r}")
+        object.__setattr__(self, "delays", tuple(self.delays))
+        for seconds in self.delays:
+            delay_ms(seconds)  # raises ConfigurationError for a bad value
+
+    @property
+    def attempts(self) -> int:
+        """How many times a message is tried before it is dead-lettered."""
+        return 1 + len(self.delays)
+
+    @property
+    def delays_ms(self) -> tuple[int, ...]:
+        """The delays in whole milliseconds, in order."""
+        return tuple(delay_ms(s) for s in self.delays)
+
+
+@dataclass(frozen=True, slots=True)
+class Retry:
+    """Send a copy to the retry queue of ``delay_ms`` as attempt ``next_attempt``."""
+
+    delay_ms: int
+    next_attempt: int
+
+    @property
+    def label(self) -> str:
+        """The tier label, as in the retry queue's name (``10s``)."""
+        return delay_label(self.delay_ms)
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    """Send a copy to the DLQ with this reason."""
+
+    reason: str
+
+
+def parse_attempt(value: Any) -> int:
+    """The attempt number from a ``rabbitq-attempt`` header of any type (default 1).
+
+    Other producers and hostile input can put anything there; whatever cannot be read
+    as a positive integer counts as the first attempt, and a huge one is capped.
+    """
+    if isinstance(value, bool):
+        return 1
+    if isinstance(value, bytes):
+        value = value.decode("ascii", "replace")
+    if isinstance(value, str):
+        value = value.strip()
+        if not value.isdigit() or len(value) > 9:
+            return 1 if not value.isdigit() else _MAX_ATTEMPT
+        value = int(value)
+    if isinstance(value, int):
+        return min(max(value, 1), _MAX_ATTEMPT)
+    return 1
+
+
+def after_failure(policy: RetryPolicy, attempt: int, *, permanent: bool) -> Retry | DeadLetter:
+    """What to do with a message whose ``attempt``-th try failed."""
+    if permanent:
+        return DeadLetter(PERMANENT)
+    delays = policy.delays_ms
+    if attempt <= len(delays):
+        return Retry(delays[attempt - 1], attempt + 1)
+    return DeadLetter(EXHAUSTED)
