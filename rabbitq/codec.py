@@ -39,12 +39,16 @@ def decode(body: bytes, model: type[M]) -> M:
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        detail = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc']) or '<root>'}: {err['msg']}"
-            for err in exc.errors(include_url=False, include_input=False)
-        )
         raise DecodeError(
-            "invalid", f"{model.type_name()} failed validation: {detail}"[:_MAX_DETAIL]
+            "invalid", f"{model.type_name()} failed validation: {describe(exc)}"[:_MAX_DETAIL]
         ) from exc
     except RecursionError as exc:  # pathologically nested input
         raise DecodeError("invalid", "body is nested too deeply") from exc
+
+
+def describe(exc: ValidationError) -> str:
+    """A validation error as one line: ``field: problem; other.field: problem``."""
+    return "; ".join(
+        f"{'.'.join(str(p) for p in err['loc']) or '<root>'}: {err['msg']}"
+        for err in exc.errors(include_url=False, include_input=False)
+    )

@@ -53,6 +53,8 @@ def configure(*, level: str = "INFO", json: bool = False, secrets: list[str] | N
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
-    # aio-pika logs every reconnect attempt with a traceback at WARNING; ours say it once.
-    logging.getLogger("aio_pika").setLevel(max(logging.ERROR, root.level))
-    logging.getLogger("aiormq").setLevel(max(logging.ERROR, root.level))
+    # aio-pika and aiormq log every failed (re)connect attempt with a traceback;
+    # rabbitq says it once, in words, so theirs are shown only when debugging.
+    quiet = root.level if root.level <= logging.DEBUG else logging.CRITICAL
+    logging.getLogger("aio_pika").setLevel(quiet)
+    logging.getLogger("aiormq").setLevel(quiet)

@@ -1,0 +1,312 @@
+"""The ``rabbitq`` command: parse arguments, set up logging, call library functions.
+
+Every command takes ``--url`` (default ``$RABBITQ_URL``), never prints a password, and
+turns a failure into one line on stderr and a non-zero exit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import sys
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
+
+import click
+import orjson
+from pydantic import ValidationError
+from rich.console import Console
+from rich.table import Table
+
+from . import logs
+from .app import App, load_app
+from .codec import describe
+from .connection import connect, scrub
+from .consumer import DEFAULT_GRACE_PERIOD, Worker
+from .errors import ConfigurationError, RabbitqError
+from .message import lookup
+from .retry import RetryPolicy
+from .settings import URL_ENV, redact_url, resolve_url, url_password
+from .topology import Topology, declare, delay_ms, dlq_name, queue_depths, retry_queue_name
+
+T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., Any])
+
+url_option = click.option(
+    "--url",
+    envvar=URL_ENV,
+    default=None,
+    show_envvar=True,
+    help="AMQP URL of the broker [default: amqp://guest:guest@localhost:5672/].",
+)
+json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+
+
+def _fail(message: str, url: str | None) -> click.ClickException:
+    return click.ClickException(scrub(message, url) if url else message)
+
+
+def friendly_errors(fn: F) -> F:
+    """Turn rabbitq's errors into a one-line message and exit status 1."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        url = kwargs.get("url")
+        try:
+            return fn(*args, **kwargs)
+        except RabbitqError as exc:
+            raise _fail(str(exc), resolve_url(url)) from exc
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _run(coro: Coroutine[Any, Any, T]) -> T:
+    return asyncio.run(coro)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="rabbitq")
+def main() -> None:
+    """rabbitq: RabbitMQ consumers that never lose work.
+
+    Run a worker for an app (rabbitq worker myservice:app), try the whole flow with
+    rabbitq demo, publish a message by hand, declare the queues, or look at their depths.
+    """
+    logs.configure(level="WARNING")
+
+
+@main.command()
+@click.argument("app_spec", metavar="MODULE:APP")
+@click.option(
+    "--prefetch", type=click.IntRange(min=1), help="Handlers in flight [default: the app's]."
+)
+@click.option(
+    "--grace-period",
+    type=click.FloatRange(min=0),
+    default=DEFAULT_GRACE_PERIOD,
+    show_default=True,
+    help="Seconds that in-flight handlers get to finish on SIGTERM/SIGINT.",
+)
+@click.option("--log-json", is_flag=True, help="Log one JSON object per line.")
+@click.option("--log-level", default="INFO", show_default=True, help="DEBUG, INFO, WARNING, ERROR.")
+@url_option
+@friendly_errors
+def worker(
+    app_spec: str,
+    prefetch: int | None,
+    grace_period: float,
+    log_json: bool,
+    log_level: str,
+    url: str | None,
+) -> None:
+    """Consume the app's queue until SIGTERM/SIGINT.
+
+    Declares the topology, runs handlers with at most PREFETCH in flight, sends failures
+    to the retry queues and the DLQ, and on a signal drains and exits 0.
+    """
+    app = load_app(app_spec)
+    worker = Worker(app, url=url, prefetch=prefetch, grace_period=grace_period)
+    logs.configure(level=log_level, json=log_json, secrets=[url_password(worker.url) or ""])
+    _run(worker.run(install_signal_handlers=True))
+
+
+def _parse_body(app: App, type_name: str, body: str) -> Any:
+    if type_name not in app.handlers:
+        model = lookup(type_name)
+        if model is None:
+            known = ", ".join(sorted(app.handlers)) or "none"
+            raise ConfigurationError(
+                f"unknown message type {type_name!r} (this app handles: {known})"
+            )
+    else:
+        model = app.handlers[type_name].model
+    text = sys.stdin.read() if body == "-" else body
+    try:
+        data = orjson.loads(text)
+    except orjson.JSONDecodeError as exc:
+        raise click.BadParameter(f"not valid JSON: {exc}", param_hint="JSON") from exc
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise click.BadParameter(
+            f"{type_name} failed validation: {describe(exc)}", param_hint="JSON"
+        ) from None
+
+
+@main.command()
+@click.argument("app_spec", metavar="MODULE:APP")
+@click.argument("type_name", metavar="TYPE")
+@click.argument("body", metavar="JSON")
+@click.option("--message-id", help="Use this message_id instead of a new uuid4.")
+@click.option("--correlation-id", help="Set the correlation_id property.")
+@click.option(
+    "--delay",
+    type=float,
+    help="Seconds to wait first; must equal one of the app's retry delays. "
+    "A delayed message reaches only this app's queue.",
+)
+@url_option
+@friendly_errors
+def publish(
+    app_spec: str,
+    type_name: str,
+    body: str,
+    message_id: str | None,
+    correlation_id: str | None,
+    delay: float | None,
+    url: str | None,
+) -> None:
+    """Validate JSON as a TYPE message and publish it, waiting for the broker's confirm.
+
+    JSON is the message's fields as an object, or - to read it from stdin. Example:
+
+        rabbitq publish examples.email_service:app email.send '{"to": "a@b.c", ...}'
+    """
+    app = load_app(app_spec)
+    message = _parse_body(app, type_name, body)
+
+    async def go() -> str:
+        async with app.publisher(url=url) as pub:
+            return await pub.publish(
+                message, message_id=message_id, correlation_id=correlation_id, delay=delay
+            )
+
+    mid = _run(go())
+    click.echo(f"published {type_name} message_id={mid} to exchange {app.exchange!r}")
+
+
+def _topology_rows(topology: Topology) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = [
+        {"kind": "exchange", "name": topology.exchange, "arguments": {"type": "topic"}}
+    ]
+    rows += [
+        {"kind": q.kind, "name": q.name, "arguments": dict(q.arguments)} for q in topology.queues
+    ]
+    rows += [
+        {
+            "kind": "binding",
+            "name": f"{topology.exchange} -> {topology.main.name}",
+            "arguments": {"routing_key": k},
+        }
+        for k in topology.routing_keys
+    ]
+    return rows
+
+
+@main.command()
+@click.argument("app_spec", metavar="MODULE:APP")
+@click.option("--dry-run", is_flag=True, help="Print what would be declared; touch nothing.")
+@json_option
+@url_option
+@friendly_errors
+def topology(app_spec: str, dry_run: bool, as_json: bool, url: str | None) -> None:
+    """Declare the app's exchange, queues and bindings, and print them.
+
+    Safe to run again: declaring what exists is a no-op. If a queue exists with other
+    arguments, nothing is changed and the error names the queue and the argument.
+    """
+    app = load_app(app_spec)
+    plan = app.topology()
+    if not dry_run:
+        target = app.resolved_url(url)
+
+        async def go() -> None:
+            connection = await connect(target, name="rabbitq topology")
+            try:
+                await declare(await connection.channel(), plan)
+            finally:
+                await connection.close()
+
+        _run(go())
+    rows = _topology_rows(plan)
+    if as_json:
+        for row in rows:
+            click.echo(orjson.dumps(row).decode())
+        return
+    table = Table(title=f"{'would declare' if dry_run else 'declared'} for {app.queue!r}")
+    for column in ("kind", "name", "arguments"):
+        table.add_column(column)
+    for row in rows:
+        args = ", ".join(f"{k}={v!r}" for k, v in row["arguments"].items())
+        table.add_row(row["kind"], row["name"], args)
+    Console().print(table)
+
+
+@main.command()
+@click.argument("target", metavar="QUEUE|MODULE:APP")
+@click.option(
+    "--delay",
+    "delays",
+    type=float,
+    multiple=True,
+    help="Also look for the retry queue of this delay in seconds (repeatable). "
+    "Default with a QUEUE: the default policy's 1s, 10s, 1m, 10m.",
+)
+@json_option
+@url_option
+@friendly_errors
+def stats(target: str, delays: tuple[float, ...], as_json: bool, url: str | None) -> None:
+    """Messages and consumers of the main, retry and dead-letter queues.
+
+    With MODULE:APP every retry queue of the app is shown; with a QUEUE name, the
+    retry queues of --delay (or the default policy) that exist.
+    """
+    if ":" in target:
+        app = load_app(target)
+        plan = app.topology()
+        specs = [(q.name, q.kind) for q in plan.queues]
+        broker_url = app.resolved_url(url)
+        show_missing = True
+    else:
+        ms = [delay_ms(d) for d in delays] if delays else RetryPolicy().delays_ms
+        specs = [
+            (target, "main"),
+            *((retry_queue_name(target, m), "retry") for m in sorted(set(ms))),
+        ]
+        specs.append((dlq_name(target), "dlq"))
+        broker_url = resolve_url(url)
+        show_missing = bool(delays)
+
+    async def go() -> list[Any]:
+        connection = await connect(broker_url, name="rabbitq stats")
+        try:
+            return await queue_depths(connection, specs)
+        finally:
+            await connection.close()
+
+    depths = _run(go())
+    main_depth = depths[0]
+    if not main_depth.exists:
+        raise click.ClickException(
+            f"queue {main_depth.name!r} does not exist on {redact_url(broker_url)} "
+            f"(run 'rabbitq topology MODULE:APP' or start its worker once)"
+        )
+    shown = [d for d in depths if d.exists or (show_missing and d.kind != "main")]
+    if as_json:
+        for d in shown:
+            click.echo(
+                orjson.dumps(
+                    {
+                        "queue": d.name,
+                        "kind": d.kind,
+                        "exists": d.exists,
+                        "messages": d.messages,
+                        "consumers": d.consumers,
+                    }
+                ).decode()
+            )
+        return
+    table = Table(title=f"queues of {main_depth.name!r}")
+    for column, justify in (
+        ("queue", "left"),
+        ("kind", "left"),
+        ("messages", "right"),
+        ("consumers", "right"),
+    ):
+        table.add_column(column, justify=justify)  # type: ignore[arg-type]
+    for d in shown:
+        if d.exists:
+            table.add_row(d.name, d.kind, str(d.messages), str(d.consumers))
+        else:
+            table.add_row(d.name, d.kind, "missing", "-")
+    Console().print(table)

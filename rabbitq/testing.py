@@ -1,0 +1,137 @@
+"""Test your handlers without a broker.
+
+``deliver`` runs a message through exactly the code the worker runs (type resolution,
+decoding, validation, the handler with its timeout, the retry decision) and tells you
+what the worker would do with it::
+
+    result = await deliver(app, SendEmail(to="a@b.c", subject="hi", body="..."))
+    assert result.acked
+
+    result = await deliver(app, SendEmail(...), attempt=2)
+    assert result.retried and result.delay == "10s"
+
+    result = await deliver(app, b"not json", type="email.send")
+    assert result.dead_lettered and result.reason == "invalid"
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from . import headers as h
+from .app import App
+from .codec import encode
+from .dispatch import Ack, process
+from .message import Message
+from .retry import DeadLetter, Retry
+
+__all__ = ["FakeDelivery", "Result", "deliver", "deliver_sync"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class FakeDelivery:
+    """A delivery as the worker sees it, made up for a test."""
+
+    body: bytes
+    headers: Mapping[str, Any] = field(default_factory=dict)
+    type: str | None = None
+    routing_key: str | None = None
+    exchange: str | None = "rabbitq"
+    message_id: str | None = None
+    correlation_id: str | None = None
+    redelivered: bool | None = False
+    timestamp: datetime | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Result:
+    """What the worker would do: ack, retry (with ``delay`` and ``tier``) or dead-letter."""
+
+    outcome: str  # "ack", "retry" or "dead-letter"
+    type_name: str
+    attempt: int
+    delay: str | None = None  # retry tier label, e.g. "10s"
+    tier: int | None = None  # 1-based index of the retry tier
+    next_attempt: int | None = None
+    reason: str | None = None  # DLQ reason
+    error: str | None = None
+
+    @property
+    def acked(self) -> bool:
+        """The handler succeeded."""
+        return self.outcome == "ack"
+
+    @property
+    def retried(self) -> bool:
+        """The message would go to a retry queue."""
+        return self.outcome == "retry"
+
+    @property
+    def dead_lettered(self) -> bool:
+        """The message would go to the DLQ."""
+        return self.outcome == "dead-letter"
+
+
+async def deliver(
+    app: App,
+    message: Message | bytes,
+    *,
+    type: str | None = None,
+    attempt: int = 1,
+    headers: Mapping[str, Any] | None = None,
+    message_id: str | None = None,
+    correlation_id: str | None = None,
+    redelivered: bool = False,
+) -> Result:
+    """Run one message through ``app``'s handler as the worker would; no broker needed.
+
+    ``message`` is a typed message, or raw bytes (then give ``type``) to test poison input.
+    """
+    if isinstance(message, Message):
+        body = encode(message)
+        type = type or message.type_name()
+    else:
+        body = message
+    all_headers = dict(headers or {})
+    if attempt != 1:
+        all_headers[h.ATTEMPT] = attempt
+    delivery = FakeDelivery(
+        body=body,
+        headers=all_headers,
+        type=type,
+        routing_key=type,
+        exchange=app.exchange,
+        message_id=message_id or uuid.uuid4().hex,
+        correlation_id=correlation_id,
+        redelivered=redelivered,
+        timestamp=datetime.now(UTC),
+    )
+    outcome = await process(app.handlers, app.queue, delivery)
+    decision = outcome.decision
+    common: dict[str, Any] = {
+        "type_name": outcome.type_name,
+        "attempt": outcome.attempt,
+        "error": outcome.error,
+    }
+    if isinstance(decision, Ack):
+        return Result(outcome="ack", **common)
+    if isinstance(decision, Retry):
+        return Result(
+            outcome="retry",
+            delay=decision.label,
+            tier=outcome.attempt,  # the n-th failure waits in the n-th tier
+            next_attempt=decision.next_attempt,
+            **common,
+        )
+    assert isinstance(decision, DeadLetter)
+    return Result(outcome="dead-letter", reason=decision.reason, **common)
+
+
+def deliver_sync(app: App, message: Message | bytes, **kwargs: Any) -> Result:
+    """:func:`deliver` for synchronous tests (runs its own event loop)."""
+    return asyncio.run(deliver(app, message, **kwargs))

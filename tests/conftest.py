@@ -1,0 +1,103 @@
+"""Shared fixtures. Integration tests talk to a real RabbitMQ found in this order:
+
+1. ``$RABBITQ_TEST_URL``;
+2. a broker on localhost:5672 (guest/guest);
+3. a throwaway testcontainers RabbitMQ, where Docker runs.
+
+With none of them the broker tests fail in CI (``CI`` set) and skip elsewhere.
+Every test gets its own queue and exchange names (uuid suffix) and deletes them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any
+
+import aio_pika
+import pytest
+from aio_pika.abc import AbstractRobustConnection
+
+from rabbitq import App
+
+from .helpers import delete_app_objects
+
+LOCAL_URL = "amqp://guest:guest@127.0.0.1:5672/"
+
+
+def _port_open(host: str, port: int) -> bool:
+    with contextlib.suppress(OSError), socket.create_connection((host, port), timeout=1):
+        return True
+    return False
+
+
+@pytest.fixture(scope="session")
+def broker_url() -> Iterator[str]:
+    """The URL of a real RabbitMQ for this test session."""
+    if url := os.environ.get("RABBITQ_TEST_URL"):
+        yield url
+        return
+    if _port_open("127.0.0.1", 5672):
+        yield LOCAL_URL
+        return
+    try:
+        from testcontainers.rabbitmq import RabbitMqContainer
+
+        with RabbitMqContainer("rabbitmq:3.13-management") as container:
+            host = container.get_container_host_ip()
+            port = container.get_exposed_port(5672)
+            yield f"amqp://guest:guest@{host}:{port}/"
+            return
+    except Exception as exc:  # no Docker engine, no image: say so plainly
+        reason = (
+            "no RabbitMQ: set RABBITQ_TEST_URL, start one on localhost:5672 "
+            f"('rabbitmq-server -detached'), or run Docker for testcontainers ({exc})"
+        )
+        if os.environ.get("CI"):
+            pytest.fail(reason)
+        pytest.skip(reason)
+
+
+@pytest.fixture
+def uid() -> str:
+    """A short unique suffix for this test's names."""
+    return uuid.uuid4().hex[:10]
+
+
+@pytest.fixture
+async def connection(broker_url: str) -> AsyncIterator[AbstractRobustConnection]:
+    """A plain aio-pika connection for arranging and inspecting broker state."""
+    conn = await aio_pika.connect_robust(broker_url)
+    try:
+        yield conn
+    finally:
+        await conn.close()
+
+
+@pytest.fixture
+async def make_app(
+    connection: AbstractRobustConnection, broker_url: str, uid: str
+) -> AsyncIterator[Callable[..., App]]:
+    """``make_app(**kwargs)``: an App with this test's own queue and exchange names.
+
+    Every app made is deleted from the broker (queues and exchange) after the test.
+    """
+    made: list[App] = []
+
+    def factory(**kwargs: Any) -> App:
+        n = len(made)
+        kwargs.setdefault("queue", f"t.{uid}.q{n}")
+        kwargs.setdefault("exchange", f"t.{uid}.x")
+        kwargs.setdefault("url", broker_url)
+        app = App(**kwargs)
+        made.append(app)
+        return app
+
+    try:
+        yield factory
+    finally:
+        for app in made:
+            await delete_app_objects(connection, app)

@@ -1,0 +1,109 @@
+"""Helpers for integration tests: run a worker, record outcomes, inspect queues."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from aio_pika.abc import AbstractIncomingMessage, AbstractRobustConnection
+
+from rabbitq import App, Worker
+from rabbitq.hooks import Hooks
+
+
+async def delete_app_objects(conn: AbstractRobustConnection, app: App) -> None:
+    """Delete every queue of ``app`` and its exchange (unless it is the shared default)."""
+    channel = await conn.channel()
+    for spec in app.topology().queues:
+        with contextlib.suppress(Exception):
+            await channel.queue_delete(spec.name)
+    if app.exchange != "rabbitq":
+        with contextlib.suppress(Exception):
+            await channel.exchange_delete(app.exchange)
+    with contextlib.suppress(Exception):
+        await channel.close()
+
+
+@contextlib.asynccontextmanager
+async def running(worker: Worker) -> AsyncIterator[Worker]:
+    """Run ``worker`` in a task for the duration of the block, then drain and stop it."""
+    task = asyncio.create_task(worker.run())
+    ready = asyncio.create_task(worker.ready.wait())
+    done, _ = await asyncio.wait({task, ready}, return_when=asyncio.FIRST_COMPLETED, timeout=30)
+    if task in done:
+        ready.cancel()
+        task.result()  # raises the start-up error
+    assert ready in done, "worker did not become ready within 30 s"
+    try:
+        yield worker
+    finally:
+        worker.stop()
+        await asyncio.wait_for(task, timeout=60)
+
+
+class Recorder(Hooks):
+    """Hooks that record every outcome, for assertions."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, ...]] = []
+
+    def succeeded(self, queue: str, type_name: str, duration: float) -> None:
+        self.events.append(("succeeded", type_name))
+
+    def retried(self, queue: str, type_name: str, delay: str, duration: float) -> None:
+        self.events.append(("retried", type_name, delay))
+
+    def dead_lettered(self, queue: str, type_name: str, reason: str, duration: float) -> None:
+        self.events.append(("dead_lettered", type_name, reason))
+
+    def requeued(self, queue: str, type_name: str) -> None:
+        self.events.append(("requeued", type_name))
+
+    def count(self, kind: str) -> int:
+        return sum(1 for e in self.events if e[0] == kind)
+
+
+async def drain_queue(
+    conn: AbstractRobustConnection, queue: str, *, ack: bool = True
+) -> list[AbstractIncomingMessage]:
+    """Every message now in ``queue`` (acked, so removed, unless ``ack=False``)."""
+    channel = await conn.channel()
+    q = await channel.declare_queue(queue, passive=True)
+    out: list[AbstractIncomingMessage] = []
+    while (msg := await q.get(fail=False, no_ack=False)) is not None:
+        out.append(msg)
+    for msg in out:
+        if ack:
+            await msg.ack()
+        else:
+            await msg.nack(requeue=True)
+    await channel.close()
+    return out
+
+
+async def wait_for(
+    predicate: Callable[[], Any], timeout: float = 30, interval: float = 0.05
+) -> None:
+    """Poll ``predicate`` (sync or async) until it is true, else fail after ``timeout``."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        value = predicate()
+        if asyncio.iscoroutine(value):
+            value = await value
+        if value:
+            return
+        if loop.time() > deadline:
+            raise AssertionError(f"condition not met within {timeout}s")
+        await asyncio.sleep(interval)
+
+
+async def queue_depth(conn: AbstractRobustConnection, queue: str) -> int:
+    """Messages ready in ``queue`` (passive declare)."""
+    channel = await conn.channel()
+    q = await channel.declare_queue(queue, passive=True)
+    depth = q.declaration_result.message_count or 0
+    await channel.close()
+    return depth
