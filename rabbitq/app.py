@@ -75,8 +75,15 @@ def _wants_context(fn: HandlerFn) -> bool:
         if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
     ]
     if not params or len(params) > 2:
-        raise ConfigurationError(f"handler {fn.__qualname__} must take (message) or (message, ctx)")
+        name = getattr(fn, "__qualname__", repr(fn))  # a callable object has none
+        raise ConfigurationError(f"handler {name} must take (message) or (message, ctx)")
     return len(params) == 2
+
+
+def _is_async(fn: HandlerFn) -> bool:
+    # An object with ``async def __call__`` is not a coroutine function to inspect; run
+    # as sync it would return an unawaited coroutine and the message would be acked.
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(type(fn).__call__)
 
 
 def _check_timeout(timeout: float | None) -> float | None:
@@ -155,7 +162,7 @@ class App:
                 fn=fn,
                 retry=retry or self.retry,
                 timeout=limit,
-                is_async=inspect.iscoroutinefunction(fn),
+                is_async=_is_async(fn),
                 wants_context=_wants_context(fn),
             )
             return fn
@@ -204,7 +211,8 @@ def load_app(spec: str) -> App:
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
-        if exc.name and module_name.startswith(exc.name):
+        # The module itself (or its package) is missing, not something it imports.
+        if exc.name and (module_name == exc.name or module_name.startswith(exc.name + ".")):
             raise AppLoadError(
                 f"cannot import module {module_name!r}: no such module "
                 f"(run from the project's root or fix PYTHONPATH)"

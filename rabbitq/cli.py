@@ -8,12 +8,17 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import logging
+import os
 import sys
+import threading
+import time
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 import click
 import orjson
+from click.core import ParameterSource
 from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
@@ -22,7 +27,7 @@ from . import logs
 from .app import App, load_app
 from .codec import describe
 from .connection import connect, scrub
-from .consumer import DEFAULT_GRACE_PERIOD, Worker
+from .consumer import DEFAULT_GRACE_PERIOD, HANDLER_THREAD_PREFIX, Worker
 from .errors import ConfigurationError, RabbitqError
 from .message import lookup
 from .retry import RetryPolicy
@@ -108,6 +113,32 @@ def worker(
     worker = Worker(app, url=url, prefetch=prefetch, grace_period=grace_period)
     logs.configure(level=log_level, json=log_json, secrets=[url_password(worker.url) or ""])
     _run(worker.run(install_signal_handlers=True))
+    _exit_if_handlers_stuck()
+
+
+def _exit_if_handlers_stuck(wait: float = 0.25) -> None:
+    """Exit now if sync handlers outlived the grace period.
+
+    Their threads cannot be stopped, and the interpreter would wait for them at exit
+    (concurrent.futures joins its threads), far past the grace period. Their messages
+    are already back in the queue and the connection is closed, so nothing is lost by
+    leaving them behind. Idle handler threads end at once and are not waited for.
+    """
+    deadline = time.monotonic() + wait
+    threads = [t for t in threading.enumerate() if t.name.startswith(HANDLER_THREAD_PREFIX)]
+    for thread in threads:
+        thread.join(max(0.0, deadline - time.monotonic()))
+    stuck = sum(1 for t in threads if t.is_alive())
+    if stuck:
+        logging.getLogger("rabbitq.worker").warning(
+            "%d sync handler(s) still running after the grace period: exiting without "
+            "waiting for them (their messages were returned to the queue)",
+            stuck,
+        )
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
 
 
 def _parse_body(app: App, type_name: str, body: str) -> Any:
@@ -310,3 +341,100 @@ def stats(target: str, delays: tuple[float, ...], as_json: bool, url: str | None
         else:
             table.add_row(d.name, d.kind, "missing", "-")
     Console().print(table)
+
+
+@main.command()
+@click.option(
+    "--count",
+    type=click.IntRange(min=0, max=200),
+    default=16,
+    show_default=True,
+    help="Ordinary messages, handled at the first attempt; the failing ones are always sent.",
+)
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=1),
+    default=60,
+    show_default=True,
+    help="Fail if the demo has not settled after this many seconds.",
+)
+@click.option(
+    "--cleanup",
+    is_flag=True,
+    help="Delete the demo's queues and exchange, then exit (runs nothing).",
+)
+@click.option(
+    "--testcontainers",
+    "use_testcontainers",
+    is_flag=True,
+    help="Run against a throwaway RabbitMQ container (needs Docker and testcontainers).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print only the final tally, as JSON.")
+@url_option
+@friendly_errors
+def demo(
+    count: int,
+    timeout: float,
+    cleanup: bool,
+    use_testcontainers: bool,
+    as_json: bool,
+    url: str | None,
+) -> None:
+    """Show the whole flow: handled, retried and dead-lettered messages, live.
+
+    Declares a demo app on queue and exchange 'rabbitq-demo' (an email and a payment
+    handler; retries after 1 s, then 3 s), runs its worker in-process, publishes a
+    batch in which some messages fail once or twice, some every time, one card is
+    declined, one body is not JSON and one type has no handler, and shows the tally
+    until every message is handled or dead-lettered (about 5 s).
+
+    Each run first empties the demo's own queues, so it is safe to run again; the
+    queues are kept afterwards so you can look at the DLQ. Remove them with
+    rabbitq demo --cleanup.
+    """
+    from . import demo as showcase  # registers the demo's message types only when used
+
+    if cleanup and use_testcontainers:
+        raise click.UsageError("--cleanup and --testcontainers do not go together")
+    target = resolve_url(url)
+    if cleanup:
+        done = _run(showcase.cleanup(target))
+        names = [q.name for q in done.queues]
+        if as_json:
+            click.echo(orjson.dumps({"deleted_queues": names, "messages": done.messages}).decode())
+        elif names:
+            click.echo(
+                f"deleted {', '.join(names)} ({done.messages} messages) "
+                f"and exchange {done.exchange}"
+            )
+        else:
+            click.echo(f"nothing to delete: no demo queues on {redact_url(target)}")
+        return
+
+    console = Console()
+    display: showcase.Display = "none" if as_json else "live" if console.is_terminal else "plain"
+
+    def go(broker: str) -> showcase.DemoSummary:
+        return _run(
+            showcase.run_demo(
+                broker, console=console, display=display, count=count, timeout=timeout
+            )
+        )
+
+    if use_testcontainers:
+        click.echo(f"starting a throwaway RabbitMQ ({showcase.CONTAINER_IMAGE})...", err=True)
+        with showcase.throwaway_broker() as broker:
+            summary = go(broker)
+    else:
+        summary = go(target)
+    if as_json:
+        click.echo(orjson.dumps(summary.as_dict()).decode())
+    else:
+        url_given = click.get_current_context().get_parameter_source("url") == (
+            ParameterSource.COMMANDLINE
+        )
+        showcase.print_summary(
+            console, summary, next_steps=not use_testcontainers, url_given=url_given
+        )
+    if not summary.ok:
+        raise click.ClickException(summary.problem or "the demo failed")

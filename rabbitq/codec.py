@@ -44,6 +44,11 @@ def decode(body: bytes, model: type[M]) -> M:
         ) from exc
     except RecursionError as exc:  # pathologically nested input
         raise DecodeError("invalid", "body is nested too deeply") from exc
+    except Exception as exc:  # a validator's own KeyError, TypeError...: still poison input
+        raise DecodeError(
+            "invalid",
+            f"{model.type_name()} failed validation: {type(exc).__name__}: {exc}"[:_MAX_DETAIL],
+        ) from exc
 
 
 def describe(exc: ValidationError) -> str:

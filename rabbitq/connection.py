@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from typing import Any
+from urllib.parse import urlsplit
+
 import aio_pika
 import aiormq
 from aio_pika.abc import AbstractRobustConnection
@@ -9,6 +12,7 @@ from aio_pika.abc import AbstractRobustConnection
 from .errors import BrokerUnavailable
 from .settings import redact_url, url_password
 
+RECONNECT_INTERVAL = 2.0
 START_HINT = "start one with 'rabbitmq-server -detached' or set RABBITQ_URL / --url"
 
 
@@ -22,11 +26,16 @@ async def connect(url: str, *, name: str, timeout: float = 10.0) -> AbstractRobu
     """Connect with automatic reconnection; raise :class:`BrokerUnavailable` if we cannot.
 
     The first connection must succeed: a worker that starts without a broker says so
-    and exits rather than waiting silently. Later losses are recovered by aio-pika.
+    and exits rather than waiting silently. Later losses are recovered by aio-pika,
+    retrying every ``RECONNECT_INTERVAL`` seconds unless the URL's
+    ``?reconnect_interval=`` says otherwise.
     """
+    options: dict[str, Any] = {}
+    if "reconnect_interval" not in urlsplit(url).query:
+        options["reconnect_interval"] = RECONNECT_INTERVAL
     try:
         return await aio_pika.connect_robust(
-            url, timeout=timeout, client_properties={"connection_name": name}
+            url, timeout=timeout, client_properties={"connection_name": name}, **options
         )
     except aiormq.exceptions.ProbableAuthenticationError as exc:
         raise BrokerUnavailable(

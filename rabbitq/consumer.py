@@ -38,6 +38,8 @@ from .topology import Topology, declare
 log = logging.getLogger("rabbitq.worker")
 
 DEFAULT_GRACE_PERIOD = 30.0
+# The name prefix of the threads that run sync handlers.
+HANDLER_THREAD_PREFIX = "rabbitq-handler"
 # After a copy could not be confirmed, wait this long before returning the message,
 # so that a persistent fault (a deleted retry queue) does not become a hot loop.
 REQUEUE_BACKOFF = 1.0
@@ -98,7 +100,7 @@ class Worker:
         self._handlers = app.handlers
         self._queue_name = app.queue
         self._executor = ThreadPoolExecutor(
-            max_workers=sync_workers or self.prefetch, thread_name_prefix="rabbitq-handler"
+            max_workers=sync_workers or self.prefetch, thread_name_prefix=HANDLER_THREAD_PREFIX
         )
         self._connection: AbstractRobustConnection | None = None
         self._consume_channel: AbstractChannel | None = None
@@ -190,9 +192,11 @@ class Worker:
         if self._tasks:
             # Settling (a confirm, an ack) is short; it is never cancelled half-way.
             await asyncio.wait(list(self._tasks), timeout=10)
+        connected = self._connection is not None
         await self._close_connection()
         self._executor.shutdown(wait=False, cancel_futures=True)
-        log.info("worker for %r stopped", self._queue_name)
+        if connected:  # a worker that never connected just reports the error
+            log.info("worker for %r stopped", self._queue_name)
 
     async def _cancel_consumer(self) -> None:
         if self._queue is None or self._consumer_tag is None:
@@ -232,10 +236,18 @@ class Worker:
             # Arrived between basic.cancel and its confirmation: give it back.
             await self._nack(delivery, resolve_type(delivery, self._queue_name))
             return
-        task = asyncio.current_task()
-        assert task is not None
+        # The handler runs in a task of our own, not in aiormq's delivery task: aiormq
+        # cancels its tasks when the channel closes, and a lost connection must not
+        # interrupt a handler half-way through sending an email. Its ack then fails
+        # and the broker redelivers the message, which is logged as such.
+        task = asyncio.create_task(self._handle(delivery))
         self._tasks.add(task)
         self._handling[task] = delivery
+        task.add_done_callback(self._tasks.discard)
+
+    async def _handle(self, delivery: AbstractIncomingMessage) -> None:
+        task = asyncio.current_task()
+        assert task is not None
         type_name = resolve_type(delivery, self._queue_name)
         self.hooks.received(self._queue_name, type_name if type_name in self._handlers else UNKNOWN)
         self.hooks.handler_started(self._queue_name)
@@ -245,19 +257,16 @@ class Worker:
                     "redelivered message %s (it may have been handled before: at-least-once)",
                     delivery.message_id or "(no message_id)",
                 )
-            try:
-                outcome = await process(
-                    self._handlers, self._queue_name, delivery, self._executor, type_name
-                )
-            except asyncio.CancelledError:
-                await self._nack(delivery, type_name)
-                raise
-            finally:
-                self._handling.pop(task, None)
-                self.hooks.handler_finished(self._queue_name)
-            await self._settle(delivery, outcome)
+            outcome = await process(
+                self._handlers, self._queue_name, delivery, self._executor, type_name
+            )
+        except asyncio.CancelledError:  # shutdown after the grace period
+            await self._nack(delivery, type_name)
+            raise
         finally:
-            self._tasks.discard(task)
+            self._handling.pop(task, None)
+            self.hooks.handler_finished(self._queue_name)
+        await self._settle(delivery, outcome)
 
     async def _settle(self, delivery: AbstractIncomingMessage, outcome: Outcome) -> None:
         decision = outcome.decision

@@ -33,9 +33,9 @@ _PER_DELIVERY = ("x-delivery-count",)
 
 def truncate_utf8(text: str, limit: int, *, keep: str = "head") -> str:
     """``text`` cut to at most ``limit`` UTF-8 bytes, marked with an ellipsis if cut."""
-    raw = text.encode("utf-8", "replace")
+    raw = text.encode("utf-8", "replace")  # a lone surrogate (os.fsdecode) becomes "?"
     if len(raw) <= limit:
-        return text
+        return raw.decode("utf-8")
     budget = limit - len("…".encode())
     if keep == "tail":
         return "…" + raw[-budget:].decode("utf-8", "ignore")

@@ -29,7 +29,7 @@ _registry: dict[str, type[Message]] = {}
 
 def validate_type_name(name: str) -> str:
     """Return ``name`` if it can be a type name / routing key, else raise."""
-    if not isinstance(name, str) or not _TYPE_NAME.match(name) or len(name) > _MAX_TYPE_LEN:
+    if not isinstance(name, str) or not _TYPE_NAME.fullmatch(name) or len(name) > _MAX_TYPE_LEN:
         raise ConfigurationError(
             f"invalid message type name {name!r}: use dot-separated words of letters, "
             f"digits, '-' and '_' (for example 'email.send')"

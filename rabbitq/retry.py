@@ -83,8 +83,11 @@ def parse_attempt(value: Any) -> int:
         value = value.decode("ascii", "replace")
     if isinstance(value, str):
         value = value.strip()
-        if not value.isdigit() or len(value) > 9:
-            return 1 if not value.isdigit() else _MAX_ATTEMPT
+        # isdigit() alone accepts "²", which int() refuses.
+        if not (value.isascii() and value.isdigit()):
+            return 1
+        if len(value) > 9:
+            return _MAX_ATTEMPT
         value = int(value)
     if isinstance(value, int):
         return min(max(value, 1), _MAX_ATTEMPT)

@@ -39,11 +39,9 @@ def redact_url(url: str) -> str:
     if parts.password is None:
         return url
     user = parts.username or ""
-    host = parts.hostname or ""
-    if ":" in host:  # an IPv6 literal keeps its brackets
-        host = f"[{host}]"
-    port = f":{parts.port}" if parts.port else ""
-    netloc = f"{user}:***@{host}{port}"
+    # Host and port as written: IPv6 brackets kept, and a bad port cannot raise here.
+    host = parts.netloc.rpartition("@")[2]
+    netloc = f"{user}:***@{host}"
     return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
 
 

@@ -91,6 +91,7 @@ async def deliver(
     """Run one message through ``app``'s handler as the worker would; no broker needed.
 
     ``message`` is a typed message, or raw bytes (then give ``type``) to test poison input.
+    ``message_id`` defaults to a new uuid4 hex; ``""`` delivers one without a message_id.
     """
     if isinstance(message, Message):
         body = encode(message)
@@ -106,7 +107,8 @@ async def deliver(
         type=type,
         routing_key=type,
         exchange=app.exchange,
-        message_id=message_id or uuid.uuid4().hex,
+        # "" stands for a delivery without message_id (another producer's message).
+        message_id=uuid.uuid4().hex if message_id is None else message_id,
         correlation_id=correlation_id,
         redelivered=redelivered,
         timestamp=datetime.now(UTC),

@@ -34,7 +34,10 @@ _UNITS = (("h", 3_600_000), ("m", 60_000), ("s", 1_000))
 
 def delay_ms(seconds: float) -> int:
     """A delay in seconds as whole milliseconds (at least 1 ms)."""
-    ms = round(seconds * 1000)
+    try:
+        ms = 0 if isinstance(seconds, bool) else round(seconds * 1000)
+    except (TypeError, ValueError, OverflowError):  # a string, None, NaN, infinity
+        ms = 0
     if ms < 1 or abs(ms - seconds * 1000) > 1e-6:
         raise ConfigurationError(
             f"retry delay {seconds!r} s must be a positive whole number of milliseconds"
