@@ -34,7 +34,7 @@ async def connect(url: str, *, name: str, timeout: float = 10.0) -> AbstractRobu
     if "reconnect_interval" not in urlsplit(url).query:
         options["reconnect_interval"] = RECONNECT_INTERVAL
     try:
-        return await aio_pika.connect_robust(
+        connection: AbstractRobustConnection = await aio_pika.connect_robust(
             url, timeout=timeout, client_properties={"connection_name": name}, **options
         )
     except aiormq.exceptions.ProbableAuthenticationError as exc:
@@ -46,3 +46,4 @@ async def connect(url: str, *, name: str, timeout: float = 10.0) -> AbstractRobu
         raise BrokerUnavailable(
             f"cannot reach RabbitMQ at {redact_url(url)} ({detail}); {START_HINT}"
         ) from exc
+    return connection
