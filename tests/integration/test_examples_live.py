@@ -1,0 +1,292 @@
+"""The example services against a real RabbitMQ: a worker in-process, messages
+published through the broker, outcomes read back from the queues.
+
+Each test builds the example's app with ``create_app`` under its own queue and exchange
+names and deletes them afterwards. The CLI tests use the module-level apps, which
+publish to the shared ``rabbitq`` exchange; they bind a queue of their own (or none)
+and refuse to run if the example's real queue exists, so as not to feed it.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import AsyncIterator, Callable
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import aio_pika
+import orjson
+import pytest
+from aio_pika.abc import AbstractRobustConnection
+
+from examples import email_service, payment_service
+from examples.email_service import SandboxSender
+from examples.payment_service import (
+    CapturePayment,
+    Currency,
+    GatewayTimeout,
+    MemoryStore,
+    SandboxGateway,
+)
+from rabbitq import App, RetryPolicy, Worker
+
+from ..helpers import Recorder, delete_app_objects, drain_queue, running, wait_for
+
+pytestmark = pytest.mark.broker
+
+ROOT = Path(__file__).resolve().parents[2]
+FAST = RetryPolicy(delays=(0.2,))
+
+
+@pytest.fixture
+async def build(
+    connection: AbstractRobustConnection, broker_url: str, uid: str
+) -> AsyncIterator[Callable[..., App]]:
+    """``build(create_app, **kwargs)``: an example app under this test's own names."""
+    made: list[App] = []
+
+    def factory(create_app: Callable[..., App], **kwargs: Any) -> App:
+        app = create_app(
+            queue=f"t.{uid}.{len(made)}", exchange=f"t.{uid}.x", url=broker_url, **kwargs
+        )
+        made.append(app)
+        return app
+
+    try:
+        yield factory
+    finally:
+        for app in made:
+            await delete_app_objects(connection, app)
+
+
+def reasons(messages: list[aio_pika.abc.AbstractIncomingMessage]) -> list[str]:
+    return sorted(str(m.headers["rabbitq-reason"]) for m in messages)
+
+
+# -- email service -----------------------------------------------------------------------
+
+
+async def test_the_email_samples_are_sent_bounced_and_retried_then_dead_lettered(build, connection):
+    sender = SandboxSender()
+    app = build(email_service.create_app, sender=sender, retry=FAST)
+    rec = Recorder()
+
+    async with running(Worker(app, hooks=rec)):
+        ids = await email_service.publish_samples(app)
+        await wait_for(lambda: rec.count("dead_lettered") == 2)
+
+    assert list(sender.outbox) == [ids[0]]  # the message_id was the idempotency key
+    assert ("retried", "email.send", "200ms") in rec.events
+    dead = await drain_queue(connection, app.topology().dlq.name)
+    assert reasons(dead) == ["exhausted", "permanent"]
+    bounced = next(m for m in dead if m.headers["rabbitq-reason"] == "permanent")
+    assert bounced.message_id == ids[1]
+    assert str(bounced.headers["rabbitq-error"]).startswith("HardBounce: 550")
+    assert orjson.loads(bounced.body)["to"] == "bounce@simulator.example"
+
+
+async def test_an_email_published_twice_with_one_message_id_is_sent_once(build):
+    sender = SandboxSender()
+    app = build(email_service.create_app, sender=sender)
+    rec = Recorder()
+    email = email_service.SendEmail(to="ada@example.com", subject="Hi", body="Twice")
+
+    async with running(Worker(app, hooks=rec)):
+        async with app.publisher() as pub:
+            await pub.publish(email, message_id="same-id")
+            await pub.publish(email, message_id="same-id")
+        await wait_for(lambda: rec.count("succeeded") == 2)
+
+    assert list(sender.outbox) == ["same-id"]
+
+
+# -- payment service ---------------------------------------------------------------------
+
+
+class FlakyGateway(SandboxGateway):
+    """Times out on the first ``failures`` calls, then behaves as the sandbox."""
+
+    def __init__(self, failures: int) -> None:
+        super().__init__()
+        self.failures = failures
+
+    async def capture(self, payment_id, amount, currency, *, idempotency_key):
+        if self.failures:
+            self.failures -= 1
+            raise GatewayTimeout("no answer from the gateway within 10s")
+        return await super().capture(payment_id, amount, currency, idempotency_key=idempotency_key)
+
+
+async def test_the_payment_samples_capture_once_and_dead_letter_the_rest(build, connection):
+    store, gateway = MemoryStore(), SandboxGateway()
+    app = build(payment_service.create_app, store=store, gateway=gateway, retry=FAST)
+    rec = Recorder()
+
+    async with running(Worker(app, hooks=rec)):
+        ids = await payment_service.publish_samples(app)
+        await wait_for(lambda: rec.count("dead_lettered") == 2 and rec.count("succeeded") == 2)
+
+    assert ids[0] == ids[1]  # the duplicate
+    # The two copies may run at the same time and both miss the store: then the
+    # gateway's idempotency key is what keeps it to one capture.
+    assert list(store.captures) == [ids[0]] and list(gateway.captures) == [ids[0]]
+    done = store.get(ids[0])
+    assert done is not None and done.amount == Decimal("49.90") and type(done.amount) is Decimal
+    dead = await drain_queue(connection, app.topology().dlq.name)
+    assert reasons(dead) == ["exhausted", "permanent"]
+    declined = next(m for m in dead if m.headers["rabbitq-reason"] == "permanent")
+    assert orjson.loads(declined.body)["amount"] == "2500.00"  # a string on the wire
+    assert declined.type == "payment.capture"
+
+
+async def test_a_gateway_timeout_waits_in_the_retry_queue_then_captures(build, connection):
+    store, gateway = MemoryStore(), FlakyGateway(failures=1)
+    app = build(payment_service.create_app, store=store, gateway=gateway, retry=FAST)
+    rec = Recorder()
+    message = CapturePayment(payment_id=uuid.uuid4(), amount=Decimal("0.10"), currency=Currency.CHF)
+
+    async with running(Worker(app, hooks=rec)):
+        async with app.publisher() as pub:
+            mid = await pub.publish(message)
+        await wait_for(lambda: rec.count("succeeded") == 1)
+
+    assert rec.events == [("retried", "payment.capture", "200ms"), ("succeeded", "payment.capture")]
+    done = store.get(mid)
+    assert done is not None and done.amount == Decimal("0.10")
+    assert await drain_queue(connection, app.topology().dlq.name) == []
+
+
+async def test_the_payment_queues_are_quorum_queues(build, connection):
+    app = build(payment_service.create_app)
+
+    async with running(Worker(app)):
+        pass
+
+    channel = await connection.channel()
+    try:
+        for spec in app.topology().queues:
+            # A passive declare succeeds for any arguments; redeclaring with the planned
+            # ones (quorum included) succeeds only if the broker holds the same.
+            await channel.declare_queue(spec.name, durable=True, arguments=dict(spec.arguments))
+    finally:
+        await channel.close()
+    assert app.topology().main.arguments["x-queue-type"] == "quorum"
+
+
+# -- the CLI and `python -m` with the module-level apps ----------------------------------
+
+
+async def queue_exists(conn: AbstractRobustConnection, name: str) -> bool:
+    channel = await conn.channel()
+    try:
+        await channel.declare_queue(name, passive=True)
+    except aio_pika.exceptions.ChannelClosed:
+        return False
+    await channel.close()
+    return True
+
+
+@pytest.fixture
+async def no_live_queue(connection: AbstractRobustConnection) -> Callable[..., Any]:
+    async def check(name: str) -> None:
+        if await queue_exists(connection, name):
+            pytest.skip(f"a {name!r} queue exists on this broker; not publishing into it")
+
+    return check
+
+
+def run(args: list[str], broker_url: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        args,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "RABBITQ_URL": broker_url},
+    )
+
+
+def rabbitq_cli() -> list[str]:
+    script = Path(sys.executable).parent / "rabbitq"
+    return [str(script)] if script.exists() else [sys.executable, "-m", "rabbitq"]
+
+
+async def test_the_cli_publishes_a_validated_capture_to_the_shared_exchange(
+    connection, broker_url, no_live_queue
+):
+    await no_live_queue("payments")
+    channel = await connection.channel()
+    exchange = await channel.declare_exchange("rabbitq", aio_pika.ExchangeType.TOPIC, durable=True)
+    tap = await channel.declare_queue(exclusive=True, auto_delete=True)
+    await tap.bind(exchange, routing_key="payment.capture")
+    payment_id = str(uuid.uuid4())
+    body = {"payment_id": payment_id, "amount": "49.9", "currency": "EUR"}
+
+    try:
+        proc = run(
+            [
+                *rabbitq_cli(),
+                "publish",
+                "examples.payment_service:app",
+                "payment.capture",
+                orjson.dumps(body).decode(),
+                "--message-id",
+                "cli-1",
+            ],
+            broker_url,
+        )
+        assert proc.returncode == 0, proc.stderr
+        assert "message_id=cli-1" in proc.stdout
+        got = await tap.get(timeout=10)
+        await got.ack()
+    finally:
+        await tap.delete(if_unused=False, if_empty=False)
+        await channel.close()
+
+    assert (got.type, got.message_id, got.content_type) == (
+        "payment.capture",
+        "cli-1",
+        "application/json",
+    )
+    wire = orjson.loads(got.body)
+    assert wire["payment_id"] == payment_id
+    assert wire["amount"] == "49.90"  # validated and written with two places
+    assert wire["requested_at"].endswith("Z")  # filled in, timezone-aware
+
+
+async def test_the_cli_refuses_a_capture_that_no_queue_would_receive(broker_url, no_live_queue):
+    await no_live_queue("payments")
+    body = {"payment_id": str(uuid.uuid4()), "amount": "1.00", "currency": "USD"}
+
+    proc = run(
+        [
+            *rabbitq_cli(),
+            "publish",
+            "examples.payment_service:app",
+            "payment.capture",
+            orjson.dumps(body).decode(),
+        ],
+        broker_url,
+    )
+
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines() == [
+        "Error: no queue is bound to exchange 'rabbitq' with routing key 'payment.capture'; "
+        "nothing was stored"
+    ]
+
+
+async def test_publishing_the_email_samples_before_a_worker_ran_says_what_to_do(
+    broker_url, no_live_queue
+):
+    await no_live_queue("emails")
+
+    proc = run([sys.executable, "-m", "examples.email_service"], broker_url)
+
+    assert proc.returncode == 1
+    assert "no queue is bound" in proc.stderr
+    assert "rabbitq worker examples.email_service:app" in proc.stderr
