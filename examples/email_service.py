@@ -27,7 +27,6 @@ does not exist) as :class:`HardBounce`, a :class:`~rabbitq.PermanentError`.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 import re
 import sys
@@ -118,11 +117,6 @@ class SandboxSender:
         return provider_id
 
 
-def content_key(email: SendEmail) -> str:
-    """An idempotency key from the email itself, for messages published without an id."""
-    return hashlib.sha256(email.model_dump_json().encode()).hexdigest()[:32]
-
-
 # Provider outages last minutes, not seconds: 5 attempts over about 35 minutes.
 RETRY = RetryPolicy(delays=(5, 30, 300, 1800))
 
@@ -144,8 +138,9 @@ def create_app(
 
     @app.handler(SendEmail, timeout=30)
     async def send_email(email: SendEmail, ctx: Context) -> None:
-        # rabbitq's publisher always sets message_id; another producer may not.
-        key = ctx.message_id or content_key(email)
+        # Always set: rabbitq derives one from the body for another producer's message
+        # that has none, the same on every retry.
+        key = ctx.message_id
         provider_id = await provider.send(email, idempotency_key=key)
         log.info(
             "sent %r to %s as %s (attempt %d)", email.subject, email.to, provider_id, ctx.attempt

@@ -285,9 +285,12 @@ def create_app(
 
     @app.handler(CapturePayment, retry=retry, timeout=timeout)
     async def capture_payment(msg: CapturePayment, ctx: Context) -> None:
-        # rabbitq's publisher always sets message_id; for another producer's message
-        # without one, the payment itself is the key (one capture per payment).
-        key = ctx.message_id or f"payment-{msg.payment_id}"
+        # rabbitq's publisher always sets message_id. For another producer's message
+        # without one, rabbitq derives an id from the body ("derived-..."); the payment
+        # itself is the better key there (one capture per payment).
+        key = ctx.message_id
+        if key.startswith("derived-"):
+            key = f"payment-{msg.payment_id}"
         if (done := captures.get(key)) is not None:
             log.info("message %s already captured as %s: duplicate ignored", key, done.reference)
             return

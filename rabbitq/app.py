@@ -35,8 +35,9 @@ DEFAULT_TIMEOUT = 300.0
 class Context:
     """What a handler may want to know about the delivery besides the message.
 
-    ``message_id`` is the AMQP ``message_id`` property; for a message from another
-    producer that has none, it is the empty string. Use it to make handlers idempotent.
+    ``message_id`` is the AMQP ``message_id`` property. A message from another producer
+    that has none gets one derived from its type, body and timestamp (``derived-…``),
+    the same on every attempt. Use it to make handlers idempotent.
     """
 
     message_id: str

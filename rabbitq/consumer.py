@@ -27,7 +27,7 @@ from aio_pika.abc import (
 from . import headers as h
 from .app import App
 from .connection import connect
-from .dispatch import UNKNOWN, Outcome, process, resolve_type
+from .dispatch import UNKNOWN, Outcome, message_id_of, process, resolve_type
 from .errors import PublishError
 from .hooks import Hooks, combine
 from .publisher import confirmed
@@ -62,7 +62,8 @@ def _copy(
         priority=delivery.priority,
         correlation_id=delivery.correlation_id,
         reply_to=delivery.reply_to,
-        message_id=delivery.message_id,
+        # aiormq would give a copy without one a new random id on every attempt
+        message_id=message_id_of(delivery, type_name),
         timestamp=delivery.timestamp,
         type=type_name,
         app_id=delivery.app_id,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import hashlib
 import time
 from collections.abc import Mapping
 from concurrent.futures import Executor
@@ -71,6 +72,22 @@ class Outcome:
     traceback: str | None = None
 
 
+def message_id_of(delivery: Delivery, type_name: str) -> str:
+    """The delivery's ``message_id``, or one derived from what every copy of it keeps.
+
+    A message from another producer may have none. Its id is then derived from the type
+    name, body and timestamp (unchanged on retry copies), so that it is the same on every
+    attempt and can serve as an idempotency key; it starts with ``derived-``.
+    """
+    if delivery.message_id:
+        return delivery.message_id
+    digest = hashlib.sha256(type_name.encode())
+    digest.update(b"\0" + delivery.body + b"\0")
+    if delivery.timestamp is not None:
+        digest.update(delivery.timestamp.isoformat().encode())
+    return "derived-" + digest.hexdigest()[:32]
+
+
 def resolve_type(delivery: Delivery, queue: str) -> str:
     """The type name: the ``type`` property, else the routing key (other producers)."""
     if delivery.type:
@@ -127,7 +144,7 @@ async def process(
         return Outcome(DeadLetter(INVALID), type_name, attempt, error=h.format_error(exc))
 
     ctx = Context(
-        message_id=delivery.message_id or "",
+        message_id=message_id_of(delivery, type_name),
         attempt=attempt,
         max_attempts=handler.retry.attempts,
         redelivered=bool(delivery.redelivered),

@@ -129,8 +129,9 @@ class Publisher:
 
     async def close(self) -> None:
         """Close the channel, and the connection if the publisher opened it."""
-        if self._channel is not None and not self._channel.is_closed:
-            await self._channel.close()
+        channel, self._channel, self._exchange = self._channel, None, None
+        if channel is not None and not channel.is_closed:
+            await channel.close()
         if self._owns_connection and self._connection is not None:
             await self._connection.close()
             self._connection = None

@@ -87,6 +87,7 @@ async def deliver(
     message_id: str | None = None,
     correlation_id: str | None = None,
     redelivered: bool = False,
+    timestamp: datetime | None = None,
 ) -> Result:
     """Run one message through ``app``'s handler as the worker would; no broker needed.
 
@@ -111,7 +112,7 @@ async def deliver(
         message_id=uuid.uuid4().hex if message_id is None else message_id,
         correlation_id=correlation_id,
         redelivered=redelivered,
-        timestamp=datetime.now(UTC),
+        timestamp=timestamp or datetime.now(UTC),
     )
     outcome = await process(app.handlers, app.queue, delivery)
     decision = outcome.decision

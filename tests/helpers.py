@@ -107,3 +107,86 @@ async def queue_depth(conn: AbstractRobustConnection, queue: str) -> int:
     depth = q.declaration_result.message_count or 0
     await channel.close()
     return depth
+
+
+async def declare_topology(conn: AbstractRobustConnection, app: App) -> None:
+    """Declare ``app``'s exchange, queues and bindings without running a worker, so that
+    messages can be published (and left waiting) before a worker starts."""
+    from rabbitq.topology import declare
+
+    channel = await conn.channel()
+    await declare(channel, app.topology())
+    await channel.close()
+
+
+async def publish_bare(
+    url: str, exchange: str, routing_key: str, body: bytes, **properties: Any
+) -> None:
+    """Publish one message as a producer in another language might: a minimal AMQP 0-9-1
+    client over a raw socket, with exactly the given ``properties`` and nothing else.
+
+    aio-pika (aiormq) always fills in a ``message_id``; this does not, so tests can send
+    what other producers send. Waits for the publisher confirm; fails if unroutable.
+    The body goes in one frame, so keep it under the broker's ``frame_max`` (128 KiB).
+    """
+    from urllib.parse import unquote, urlsplit
+
+    from pamqp import commands, frame, header
+    from pamqp import exceptions as pamqp_errors
+    from pamqp.body import ContentBody
+    from pamqp.heartbeat import Heartbeat
+
+    if "type" in properties:  # pamqp's name for the ``type`` property
+        properties["message_type"] = properties.pop("type")
+    parts = urlsplit(url)
+    reader, writer = await asyncio.open_connection(parts.hostname, parts.port or 5672)
+    buffer = b""
+
+    async def expect(kind: type) -> Any:
+        nonlocal buffer
+        while True:
+            try:
+                consumed, _channel, value = frame.unmarshal(buffer)
+            except pamqp_errors.UnmarshalingException:
+                data = await asyncio.wait_for(reader.read(65536), timeout=10)
+                if not data:
+                    raise ConnectionError("the broker closed the connection") from None
+                buffer += data
+                continue
+            buffer = buffer[consumed:]
+            if isinstance(value, Heartbeat):
+                continue
+            if not isinstance(value, kind):
+                raise AssertionError(f"expected {kind.__name__}, the broker sent {value!r}")
+            return value
+
+    def send(channel: int, *values: Any) -> None:
+        for value in values:
+            writer.write(frame.marshal(value, channel))
+
+    try:
+        writer.write(header.ProtocolHeader().marshal())
+        await expect(commands.Connection.Start)
+        user, password = unquote(parts.username or "guest"), unquote(parts.password or "guest")
+        send(0, commands.Connection.StartOk(response=f"\0{user}\0{password}"))
+        tune = await expect(commands.Connection.Tune)
+        send(0, commands.Connection.TuneOk(channel_max=1, frame_max=tune.frame_max, heartbeat=0))
+        send(0, commands.Connection.Open(virtual_host=unquote(parts.path[1:]) or "/"))
+        await expect(commands.Connection.OpenOk)
+        send(1, commands.Channel.Open())
+        await expect(commands.Channel.OpenOk)
+        send(1, commands.Confirm.Select())
+        await expect(commands.Confirm.SelectOk)
+        send(
+            1,
+            commands.Basic.Publish(exchange=exchange, routing_key=routing_key, mandatory=True),
+            header.ContentHeader(0, len(body), commands.Basic.Properties(**properties)),
+            ContentBody(body),
+        )
+        await expect(commands.Basic.Ack)  # a Basic.Return (unroutable) fails here
+        send(0, commands.Connection.Close(reply_code=200, reply_text="", class_id=0, method_id=0))
+        await expect(commands.Connection.CloseOk)
+    finally:
+        writer.close()
+        with contextlib.suppress(ConnectionError):
+            await writer.wait_closed()
