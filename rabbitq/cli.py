@@ -195,6 +195,8 @@ def publish(
     """
     app = load_app(app_spec)
     message = _parse_body(app, type_name, body)
+    if delay is not None:
+        app.topology().retry_queue(delay_ms(delay))  # a bad delay fails before connecting
 
     async def go() -> str:
         async with app.publisher(url=url) as pub:
@@ -234,7 +236,8 @@ def topology(app_spec: str, dry_run: bool, as_json: bool, url: str | None) -> No
     """Declare the app's exchange, queues and bindings, and print them.
 
     Safe to run again: declaring what exists is a no-op. If a queue exists with other
-    arguments, nothing is changed and the error names the queue and the argument.
+    arguments, that queue is left as it is (objects declared before it stay declared)
+    and the error names the queue and the argument.
     """
     app = load_app(app_spec)
     plan = app.topology()

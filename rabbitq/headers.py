@@ -49,8 +49,13 @@ def format_error(exc: BaseException) -> str:
 
 
 def format_traceback(exc: BaseException) -> str:
-    """The formatted traceback, at most 8 KiB; the end (where it failed) is kept."""
-    text = "".join(_traceback.format_exception(exc))
+    """The formatted traceback, at most 8 KiB; the end (where it failed) is kept.
+
+    Each frame and each exception line is first cut to 1 KiB, so that one huge error
+    message cannot push every stack frame out.
+    """
+    chunks = _traceback.TracebackException.from_exception(exc).format()
+    text = "".join(truncate_utf8(chunk, MAX_ERROR_BYTES) for chunk in chunks)
     return truncate_utf8(text, MAX_TRACEBACK_BYTES, keep="tail")
 
 

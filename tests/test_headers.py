@@ -102,8 +102,29 @@ def test_format_traceback_ends_where_it_failed_and_is_at_most_eight_kibibytes():
     except RuntimeError as exc:
         text = h.format_traceback(exc)
     assert len(text.encode()) <= h.MAX_TRACEBACK_BYTES == 8192
-    assert text.startswith("…")
     assert text.rstrip().endswith("RuntimeError: at the bottom")
+    assert "LookupError: éé" in text and "…" in text  # the huge message was cut
+
+
+def test_format_traceback_keeps_the_frames_when_the_error_message_is_huge():
+    text = h.format_traceback(raise_and_catch(ValueError("x" * 20_000)))
+    assert len(text.encode()) <= h.MAX_TRACEBACK_BYTES
+    assert text.startswith("Traceback (most recent call last):")
+    assert "raise_and_catch" in text
+
+
+def test_format_traceback_of_a_very_deep_failure_keeps_its_end():
+    def recurse(n: int) -> None:
+        if n == 0:
+            raise KeyError("deep")
+        recurse(n - 1)
+
+    try:
+        recurse(300)
+    except KeyError as exc:
+        text = h.format_traceback(exc)
+    assert len(text.encode()) <= h.MAX_TRACEBACK_BYTES
+    assert text.rstrip().endswith("KeyError: 'deep'")
 
 
 def test_format_traceback_of_a_short_failure_is_complete():
