@@ -26,12 +26,12 @@ from rich.table import Table
 from . import logs
 from .app import App, load_app
 from .codec import describe
-from .connection import connect, scrub
+from .connection import connect
 from .consumer import DEFAULT_GRACE_PERIOD, HANDLER_THREAD_PREFIX, Worker
 from .errors import ConfigurationError, RabbitqError
 from .message import lookup
 from .retry import RetryPolicy
-from .settings import URL_ENV, redact_url, resolve_url, url_password
+from .settings import URL_ENV, redact_url, resolve_url, scrub, url_password
 from .topology import Topology, declare, delay_ms, dlq_name, queue_depths, retry_queue_name
 
 T = TypeVar("T")
@@ -48,7 +48,7 @@ json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON i
 
 
 def _fail(message: str, url: str | None) -> click.ClickException:
-    return click.ClickException(scrub(message, url) if url else message)
+    return click.ClickException(scrub(message, url_password(url)) if url else message)
 
 
 def friendly_errors(fn: F) -> F:

@@ -10,16 +10,10 @@ import aiormq
 from aio_pika.abc import AbstractRobustConnection
 
 from .errors import BrokerUnavailable
-from .settings import redact_url, url_password
+from .settings import redact_url, scrub, url_password
 
 RECONNECT_INTERVAL = 2.0
 START_HINT = "start one with 'rabbitmq-server -detached' or set RABBITQ_URL / --url"
-
-
-def scrub(text: str, url: str) -> str:
-    """``text`` with the URL's password (if any) replaced by ``***``."""
-    password = url_password(url)
-    return text.replace(password, "***") if password else text
 
 
 async def connect(url: str, *, name: str, timeout: float = 10.0) -> AbstractRobustConnection:
@@ -42,7 +36,7 @@ async def connect(url: str, *, name: str, timeout: float = 10.0) -> AbstractRobu
             f"RabbitMQ at {redact_url(url)} refused the login: check the user and password"
         ) from exc
     except (TimeoutError, OSError, aiormq.exceptions.AMQPError, ValueError) as exc:
-        detail = scrub(str(exc) or type(exc).__name__, url)
+        detail = scrub(str(exc) or type(exc).__name__, url_password(url))
         raise BrokerUnavailable(
             f"cannot reach RabbitMQ at {redact_url(url)} ({detail}); {START_HINT}"
         ) from exc

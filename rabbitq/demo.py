@@ -18,8 +18,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib
+import importlib.util
 import logging
+import os
 import re
+import socket
 import time
 import warnings
 from collections import Counter, deque
@@ -29,6 +32,7 @@ from decimal import Decimal
 from typing import Any, Literal
 
 import aio_pika
+import aiormq
 import orjson
 from aio_pika.abc import AbstractRobustConnection
 from rich.console import Console, Group, RenderableType
@@ -317,8 +321,9 @@ class Tally(Hooks):
         self.in_flight -= 1
 
 
-# "message pay-03 (demo.payment.capture) failed ...": the ids are readable here.
-_WORKER_LINE = re.compile(r"^message (\S+) \([\w.-]+\) ")
+# "message pay-03 (demo.payment.capture) failed ...", "... dead-lettered to q.dlq (...)":
+# the ids are readable and there is one DLQ, so the type and the DLQ's name go.
+_WORKER_LINE = re.compile(r"^message (\S+) \([\w.-]+\) |(?<=dead-lettered) to \S+")
 
 
 class _ToView(logging.Handler):
@@ -330,7 +335,8 @@ class _ToView(logging.Handler):
         self.view = view
 
     def emit(self, record: logging.LogRecord) -> None:
-        self.view.event(record.levelno, _WORKER_LINE.sub(r"\1 ", record.getMessage()))
+        text = _WORKER_LINE.sub(lambda m: f"{m[1]} " if m[1] else "", record.getMessage())
+        self.view.event(record.levelno, text)
 
 
 @contextlib.contextmanager
@@ -491,13 +497,15 @@ async def run_demo(
     depths: tuple[QueueDepth, ...] = ()
     settled = False
 
+    # Without a view, the worker logs as it always does.
+    logs_to_view = _worker_log_to(_ToView(view)) if display != "none" else contextlib.nullcontext()
     connection = await _connect(url)
     try:
         await _prepare(connection, topology)
         if display != "none":
             print_intro(console, topology, batch, url)
         worker = Worker(app, url=url, hooks=tally, grace_period=5)
-        with _worker_log_to(_ToView(view)), view:
+        with logs_to_view, view:
             task = asyncio.create_task(worker.run())
             try:
                 await _until_ready(worker, task)
@@ -511,6 +519,10 @@ async def run_demo(
             finally:
                 worker.stop()
                 await task
+    except (aiormq.exceptions.AMQPError, ConnectionError) as exc:
+        raise BrokerUnavailable(
+            f"lost the connection to RabbitMQ during the demo ({type(exc).__name__}: {exc})"
+        ) from exc
     finally:
         await connection.close()
     return DemoSummary(
@@ -577,18 +589,28 @@ async def cleanup(
 # -- a throwaway broker ---------------------------------------------------------------
 
 
-def docker_available() -> bool:
-    """Whether ``--testcontainers`` could work: the package is there and Docker answers."""
-    try:
-        importlib.import_module("testcontainers.core.container")
-        docker: Any = importlib.import_module("docker")
-        client = docker.from_env(timeout=2)
-        try:
-            return bool(client.ping())
-        finally:
-            client.close()
-    except Exception:  # not installed, no daemon, no permission: all mean "no"
+def docker_available(timeout: float = 0.5) -> bool:
+    """Whether ``--testcontainers`` could work: the package is installed and a Docker
+    engine accepts connections (at ``$DOCKER_HOST``, else the usual socket)."""
+    if importlib.util.find_spec("testcontainers") is None:
         return False
+    # Docker's own setting, read here only to word a hint; the docker client reads it too.
+    host = os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
+    scheme, _, where = host.partition("://")
+    try:
+        if scheme == "unix":
+            with socket.socket(socket.AF_UNIX) as sock:
+                sock.settimeout(timeout)
+                sock.connect(where)
+        elif scheme == "tcp":
+            name, _, port = where.rstrip("/").rpartition(":")
+            with socket.create_connection((name, int(port)), timeout=timeout):
+                pass
+        else:  # ssh:// and the like: assume it works rather than try it
+            return True
+    except (OSError, ValueError):
+        return False
+    return True
 
 
 def _container_class() -> Any:

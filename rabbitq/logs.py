@@ -9,6 +9,8 @@ from datetime import UTC, datetime
 
 import orjson
 
+from .settings import scrub
+
 
 class JsonFormatter(logging.Formatter):
     """One JSON object per record: time, level, logger, message (and exc_info)."""
@@ -36,7 +38,7 @@ class Redact(logging.Filter):
         if self.secrets:
             text = record.getMessage()
             for secret in self.secrets:
-                text = text.replace(secret, "***")
+                text = scrub(text, secret)
             record.msg, record.args = text, None
         return True
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import quote, urlsplit, urlunsplit
 
 DEFAULT_URL = "amqp://guest:guest@localhost:5672/"
 URL_ENV = "RABBITQ_URL"
@@ -43,6 +43,22 @@ def redact_url(url: str) -> str:
     host = parts.netloc.rpartition("@")[2]
     netloc = f"{user}:***@{host}"
     return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+
+
+# A password this long is masked wherever it appears; a shorter one only where it stands
+# as a URL's password, so that "guest" or "rabbit" do not mangle ordinary words.
+_MASK_ANYWHERE = 8
+
+
+def scrub(text: str, password: str | None) -> str:
+    """``text`` with ``password`` replaced by ``***`` (see ``_MASK_ANYWHERE``)."""
+    if not password:
+        return text
+    for form in {password, quote(password, safe="")}:
+        text = text.replace(f":{form}@", ":***@")
+        if len(form) >= _MASK_ANYWHERE:
+            text = text.replace(form, "***")
+    return text
 
 
 def url_password(url: str) -> str | None:

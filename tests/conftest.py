@@ -14,6 +14,7 @@ import contextlib
 import os
 import socket
 import uuid
+import warnings
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
@@ -22,6 +23,7 @@ import pytest
 from aio_pika.abc import AbstractRobustConnection
 
 from rabbitq import App
+from rabbitq.demo import throwaway_broker
 
 from .helpers import delete_app_objects
 
@@ -43,22 +45,20 @@ def broker_url() -> Iterator[str]:
     if _port_open("127.0.0.1", 5672):
         yield LOCAL_URL
         return
-    try:
-        from testcontainers.rabbitmq import RabbitMqContainer
-
-        with RabbitMqContainer("rabbitmq:3.13-management") as container:
-            host = container.get_container_host_ip()
-            port = container.get_exposed_port(5672)
-            yield f"amqp://guest:guest@{host}:{port}/"
-            return
-    except Exception as exc:  # no Docker engine, no image: say so plainly
-        reason = (
-            "no RabbitMQ: set RABBITQ_TEST_URL, start one on localhost:5672 "
-            f"('rabbitmq-server -detached'), or run Docker for testcontainers ({exc})"
-        )
-        if os.environ.get("CI"):
-            pytest.fail(reason)
-        pytest.skip(reason)
+    with contextlib.ExitStack() as stack:
+        try:
+            with warnings.catch_warnings():  # testcontainers' own deprecations, not ours
+                warnings.simplefilter("ignore", DeprecationWarning)
+                url = stack.enter_context(throwaway_broker())
+        except Exception as exc:  # no Docker engine, no image: say so plainly
+            reason = (
+                "no RabbitMQ: set RABBITQ_TEST_URL, start one on localhost:5672 "
+                f"('rabbitmq-server -detached'), or run Docker for testcontainers ({exc})"
+            )
+            if os.environ.get("CI"):
+                pytest.fail(reason)
+            pytest.skip(reason)
+        yield url
 
 
 @pytest.fixture

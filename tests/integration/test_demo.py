@@ -1,0 +1,172 @@
+"""``rabbitq demo``: the scripted batch, the tally, the command run twice, cleanup."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import orjson
+import pytest
+
+from rabbitq import demo
+from rabbitq.testing import deliver
+from rabbitq.topology import queue_depths
+
+from ..helpers import drain_queue
+
+DEMO_QUEUES = ["rabbitq-demo", "rabbitq-demo.retry.1s", "rabbitq-demo.retry.3s", "rabbitq-demo.dlq"]
+EXPECTED = {
+    "published": 24,
+    "handled": 19,
+    "retried": {"1s": 5, "3s": 3},
+    "dead_lettered": {"exhausted": 2, "permanent": 1, "invalid": 1, "unknown-type": 1},
+}
+
+
+def rabbitq(*args: str, url: str, timeout: float = 90) -> subprocess.CompletedProcess[str]:
+    """Run the ``rabbitq`` command as a real subprocess (stdout is a pipe, not a TTY)."""
+    env = {**os.environ, "RABBITQ_URL": url, "NO_COLOR": "1"}
+    return subprocess.run(
+        [sys.executable, "-m", "rabbitq", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+    )
+
+
+# -- the plan, without a broker ----------------------------------------------------
+
+
+def test_the_default_batch_expects_exact_counts():
+    assert demo.expected_counts(demo.plan_batch()).as_dict() == EXPECTED
+
+
+def test_the_count_option_only_changes_the_ordinary_messages():
+    counts = demo.expected_counts(demo.plan_batch(0)).as_dict()
+    assert counts["published"] == 8
+    assert counts["handled"] == 3
+    assert counts["retried"] == EXPECTED["retried"]
+    assert counts["dead_lettered"] == EXPECTED["dead_lettered"]
+
+
+def test_message_ids_of_the_batch_are_unique():
+    ids = [p.message_id for p in demo.plan_batch(40)]
+    assert len(ids) == len(set(ids))
+
+
+async def test_each_planned_message_meets_the_fate_its_plan_says():
+    """The handlers, run as the worker runs them, do what the plan promises."""
+    app = demo.build_app(work_time=0)
+    for item in demo.plan_batch(4):
+        body = item.message if item.message is not None else item.raw
+        tiers: list[str] = []
+        attempt = 1
+        while True:
+            result = await deliver(app, body, type=item.type_name, attempt=attempt)
+            if not result.retried:
+                break
+            assert result.delay is not None
+            tiers.append(result.delay)
+            attempt += 1
+        assert tuple(tiers) == item.retries, item.message_id
+        final = "handled" if result.acked else result.reason
+        assert final == item.final, item.message_id
+
+
+# -- in-process, against the broker ------------------------------------------------
+
+
+@pytest.mark.broker
+async def test_run_demo_tallies_exactly_the_expected_outcomes(broker_url, uid, connection):
+    queue = f"t.{uid}.demo"
+    try:
+        summary = await demo.run_demo(
+            broker_url, display="none", queue=queue, exchange=queue, count=4, work_time=0
+        )
+        assert summary.ok, summary.problem
+        assert summary.counts == summary.expected
+        assert summary.counts.as_dict()["dead_lettered"] == EXPECTED["dead_lettered"]
+        dead = await drain_queue(connection, f"{queue}.dlq")
+        reasons = {m.message_id: m.headers["rabbitq-reason"] for m in dead}
+        assert reasons == {
+            "email-unreachable": "exhausted",
+            "pay-gateway-down": "exhausted",
+            "pay-declined": "permanent",
+            "pay-poison": "invalid",
+            "sms-unknown": "unknown-type",
+        }
+    finally:
+        done = await demo.cleanup(broker_url, queue=queue, exchange=queue)
+    assert [q.name for q in done.queues] == [
+        queue,
+        f"{queue}.retry.1s",
+        f"{queue}.retry.3s",
+        f"{queue}.dlq",
+    ]
+    depths = await queue_depths(connection, [(q.name, q.kind) for q in done.queues])
+    assert not any(d.exists for d in depths)
+
+
+# -- the command ---------------------------------------------------------------------
+
+
+@pytest.mark.broker
+@pytest.mark.slow
+async def test_the_demo_command_runs_twice_with_the_same_tally_then_cleans_up(
+    broker_url, connection
+):
+    first = rabbitq("demo", url=broker_url)
+    assert first.returncode == 0, first.stderr
+    out = first.stdout
+    assert "Settled in" in out
+    assert "  handled           19\n" in out
+    assert "  retried            8   (1s tier: 5, 3s tier: 3)\n" in out
+    assert (
+        "  dead-lettered      5   (exhausted: 2, permanent: 1, invalid: 1, unknown-type: 1)\n"
+        in out
+    )
+    assert "rabbitq stats rabbitq-demo --delay 1 --delay 3" in out
+    assert "rabbitq dlq list rabbitq-demo" in out
+    assert "'rabbitq-demo.dlq'" in out
+    assert "Traceback" not in first.stderr
+
+    # The second run starts from the first one's leftovers (5 messages in the DLQ).
+    second = rabbitq("demo", "--json", url=broker_url)
+    assert second.returncode == 0, second.stderr
+    tally = orjson.loads(second.stdout)
+    assert tally["ok"] is True
+    assert {k: tally[k] for k in EXPECTED} == EXPECTED
+    assert tally["expected"] == EXPECTED
+
+    cleaned = rabbitq("demo", "--cleanup", url=broker_url)
+    assert cleaned.returncode == 0, cleaned.stderr
+    assert cleaned.stdout.startswith(f"deleted {', '.join(DEMO_QUEUES)} (5 messages)")
+    depths = await queue_depths(connection, [(name, "queue") for name in DEMO_QUEUES])
+    assert [d.exists for d in depths] == [False] * 4
+
+    again = rabbitq("demo", "--cleanup", url=broker_url)
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.startswith("nothing to delete")
+
+
+def test_without_a_broker_the_demo_says_in_one_line_how_to_start_one():
+    result = rabbitq("demo", "--url", "amqp://guest:guest@127.0.0.1:1/", url="", timeout=30)
+    assert result.returncode == 1
+    assert result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("Error: cannot reach RabbitMQ at amqp://")
+    assert "rabbitmq-server -detached" in lines[0]
+    assert ":guest@" not in lines[0]
+
+
+@pytest.mark.skipif(demo.docker_available(), reason="Docker runs here: it would start a container")
+def test_testcontainers_without_docker_is_a_one_line_error():
+    result = rabbitq("demo", "--testcontainers", url="", timeout=60)
+    assert result.returncode == 1
+    error = [line for line in result.stderr.splitlines() if line.startswith("Error:")]
+    assert len(error) == 1, result.stderr
+    assert "Docker" in error[0] or "testcontainers" in error[0]
+    assert "Traceback" not in result.stderr
