@@ -142,7 +142,10 @@ async def test_a_message_that_fails_every_attempt_is_dead_lettered_as_exhausted(
         handler_failed=True,
         before=before,
     )
-    assert dead.headers["rabbitq-traceback"].startswith("…")  # cut, the end kept
+    traceback = dead.headers["rabbitq-traceback"]
+    assert traceback.startswith("Traceback")  # the frames are kept...
+    assert "in invoice" in traceback
+    assert "é…" in traceback  # ...and the huge message was cut
 
 
 async def test_a_permanent_error_dead_letters_at_once_without_a_retry(make_app, connection):
