@@ -93,7 +93,12 @@ def main() -> None:
     help="Seconds that in-flight handlers get to finish on SIGTERM/SIGINT.",
 )
 @click.option("--log-json", is_flag=True, help="Log one JSON object per line.")
-@click.option("--log-level", default="INFO", show_default=True, help="DEBUG, INFO, WARNING, ERROR.")
+@click.option(
+    "--log-level",
+    type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
+    default="INFO",
+    show_default=True,
+)
 @url_option
 @friendly_errors
 def worker(

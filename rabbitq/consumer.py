@@ -28,7 +28,7 @@ from . import headers as h
 from .app import App
 from .connection import connect
 from .dispatch import UNKNOWN, Outcome, message_id_of, process, resolve_type
-from .errors import PublishError
+from .errors import ConfigurationError, PublishError
 from .hooks import Hooks, combine
 from .publisher import confirmed
 from .retry import DeadLetter, Retry
@@ -89,8 +89,6 @@ class Worker:
         sync_workers: int | None = None,
     ) -> None:
         if not app.handlers:
-            from .errors import ConfigurationError
-
             raise ConfigurationError(f"{app!r} has no handlers: register one with @app.handler")
         self.app = app
         self.url = app.resolved_url(url)
@@ -108,8 +106,8 @@ class Worker:
         self._copy_exchange: AbstractExchange | None = None
         self._queue: AbstractQueue | None = None
         self._consumer_tag: str | None = None
-        self._handling: dict[asyncio.Task[Any], AbstractIncomingMessage] = {}
-        self._tasks: set[asyncio.Task[Any]] = set()
+        self._tasks: set[asyncio.Task[None]] = set()  # every delivery not yet settled
+        self._handling: set[asyncio.Task[None]] = set()  # those still in their handler
         self._stop = asyncio.Event()
         self._stopping = False
         self.ready = asyncio.Event()
@@ -243,7 +241,7 @@ class Worker:
         # and the broker redelivers the message, which is logged as such.
         task = asyncio.create_task(self._handle(delivery))
         self._tasks.add(task)
-        self._handling[task] = delivery
+        self._handling.add(task)
         task.add_done_callback(self._tasks.discard)
 
     async def _handle(self, delivery: AbstractIncomingMessage) -> None:
@@ -265,7 +263,7 @@ class Worker:
             await self._nack(delivery, type_name)
             raise
         finally:
-            self._handling.pop(task, None)
+            self._handling.discard(task)
             self.hooks.handler_finished(self._queue_name)
         await self._settle(delivery, outcome)
 
