@@ -83,16 +83,16 @@ async def make_app(
 ) -> AsyncIterator[Callable[..., App]]:
     """``make_app(**kwargs)``: an App with this test's own queue and exchange names.
 
-    Every app made is deleted from the broker (queues and exchange) after the test.
+    ``create=`` builds it with another factory taking the same keywords (an example's
+    ``create_app``). Every app made is deleted from the broker after the test.
     """
     made: list[App] = []
 
-    def factory(**kwargs: Any) -> App:
-        n = len(made)
-        kwargs.setdefault("queue", f"t.{uid}.q{n}")
+    def factory(*, create: Callable[..., App] = App, **kwargs: Any) -> App:
+        kwargs.setdefault("queue", f"t.{uid}.q{len(made)}")
         kwargs.setdefault("exchange", f"t.{uid}.x")
         kwargs.setdefault("url", broker_url)
-        app = App(**kwargs)
+        app = create(**kwargs)
         made.append(app)
         return app
 

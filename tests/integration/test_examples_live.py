@@ -13,7 +13,7 @@ import os
 import subprocess
 import sys
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -34,7 +34,7 @@ from examples.payment_service import (
 )
 from rabbitq import App, RetryPolicy, Worker
 
-from ..helpers import Recorder, delete_app_objects, drain_queue, running, wait_for
+from ..helpers import Recorder, drain_queue, running, wait_for
 
 pytestmark = pytest.mark.broker
 
@@ -43,24 +43,9 @@ FAST = RetryPolicy(delays=(0.2,))
 
 
 @pytest.fixture
-async def build(
-    connection: AbstractRobustConnection, broker_url: str, uid: str
-) -> AsyncIterator[Callable[..., App]]:
+def build(make_app: Callable[..., App]) -> Callable[..., App]:
     """``build(create_app, **kwargs)``: an example app under this test's own names."""
-    made: list[App] = []
-
-    def factory(create_app: Callable[..., App], **kwargs: Any) -> App:
-        app = create_app(
-            queue=f"t.{uid}.{len(made)}", exchange=f"t.{uid}.x", url=broker_url, **kwargs
-        )
-        made.append(app)
-        return app
-
-    try:
-        yield factory
-    finally:
-        for app in made:
-            await delete_app_objects(connection, app)
+    return lambda create_app, **kwargs: make_app(create=create_app, **kwargs)
 
 
 def reasons(messages: list[aio_pika.abc.AbstractIncomingMessage]) -> list[str]:
