@@ -23,7 +23,7 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 
-from . import logs
+from . import containers, logs
 from .app import App, load_app
 from .codec import describe
 from .connection import connect
@@ -430,8 +430,8 @@ def demo(
         )
 
     if use_testcontainers:
-        click.echo(f"starting a throwaway RabbitMQ ({showcase.CONTAINER_IMAGE})...", err=True)
-        with showcase.throwaway_broker() as broker:
+        click.echo(f"starting a throwaway RabbitMQ ({containers.CONTAINER_IMAGE})...", err=True)
+        with containers.throwaway_broker() as broker:
             summary = go(broker)
     else:
         summary = go(target)
@@ -442,7 +442,11 @@ def demo(
             ParameterSource.COMMANDLINE
         )
         showcase.print_summary(
-            console, summary, next_steps=not use_testcontainers, url_given=url_given
+            console,
+            summary,
+            next_steps=not use_testcontainers,
+            url_given=url_given,
+            dlq_tool="dlq" in main.commands,
         )
     if not summary.ok:
         raise click.ClickException(summary.problem or "the demo failed")

@@ -4,7 +4,8 @@ The demo declares its own App (queue and exchange ``rabbitq-demo``, so it never 
 user's ``rabbitq`` exchange), runs a :class:`~rabbitq.Worker` for it in-process with
 retry delays of 1 s and 3 s, publishes a scripted batch and tallies every outcome
 through :class:`~rabbitq.hooks.Hooks` until the batch has settled: every message
-handled or dead-lettered, and the main and retry queues empty.
+handled or dead-lettered, and the main and retry queues empty. What it shows while
+it runs, and the intro and summary around it, are :mod:`rabbitq.demo_view`'s.
 
 The batch is deterministic, so its tally is known before anything runs: a message's
 ``fail_first`` field says how many attempts fail transiently, one card is always
@@ -16,41 +17,31 @@ again; :func:`cleanup` deletes them.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import importlib
-import importlib.util
-import logging
-import os
-import re
-import socket
 import time
-import warnings
-from collections import Counter, deque
-from collections.abc import Iterator
+from collections import Counter
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any, Literal
+from typing import Any
 
 import aio_pika
 import aiormq
 import orjson
 from aio_pika.abc import AbstractRobustConnection
-from rich.console import Console, Group, RenderableType
-from rich.live import Live
-from rich.table import Table
-from rich.text import Text
+from rich.console import Console
 
 from .app import App, Context
 from .codec import CONTENT_TYPE
 from .connection import START_HINT, connect
 from .consumer import Worker
-from .consumer import log as worker_log
+from .containers import docker_available
+from .demo_view import Display as Display  # re-exported: the CLI takes it from here
+from .demo_view import View, print_intro
+from .demo_view import print_summary as print_summary  # re-exported, as Display
 from .errors import BrokerUnavailable, PermanentError, RabbitqError, TopologyMismatch
 from .hooks import Hooks
 from .message import Message
 from .publisher import Publisher, confirmed
 from .retry import EXHAUSTED, INVALID, PERMANENT, REASONS, UNKNOWN_TYPE, RetryPolicy
-from .settings import redact_url
 from .topology import QueueDepth, Topology, declare, delay_label, queue_depths
 
 DEMO_QUEUE = "rabbitq-demo"
@@ -63,10 +54,8 @@ DEFAULT_TIMEOUT = 60.0
 # A small prefetch and a little simulated work, so that progress can be watched.
 DEMO_PREFETCH = 4
 WORK_TIME = 0.15
-CONTAINER_IMAGE = "rabbitmq:3.13"
 
 HANDLED = "handled"
-Display = Literal["live", "plain", "none"]
 
 
 # -- the demo service -------------------------------------------------------------
@@ -180,42 +169,45 @@ def _ordinary(i: int) -> Planned:
     return Planned(message_id=f"pay-{n:02d}", story="handled at once", message=payment)
 
 
+def _failing_first(message_id: str, story: str, message: SendEmail | CapturePayment) -> Planned:
+    """A message whose first ``fail_first`` attempts fail transiently: it waits in that
+    many tiers, then is handled, or dead-lettered as exhausted if no attempt is left."""
+    fails = message.fail_first
+    final = HANDLED if fails < DEMO_RETRY.attempts else EXHAUSTED
+    return Planned(
+        message_id=message_id, story=story, final=final, retries=TIERS[:fails], message=message
+    )
+
+
 def _special() -> list[Planned]:
     exhausted = "fails every attempt: DLQ, exhausted"
     return [
-        Planned(
-            message_id="email-busy-once",
-            story="SMTP busy once, handled on attempt 2",
-            retries=TIERS[:1],
-            message=SendEmail(to="ana@example.org", subject="Your receipt", fail_first=1),
+        _failing_first(
+            "email-busy-once",
+            "SMTP busy once, handled on attempt 2",
+            SendEmail(to="ana@example.org", subject="Your receipt", fail_first=1),
         ),
-        Planned(
-            message_id="pay-timeout-once",
-            story="gateway timeout once, handled on attempt 2",
-            retries=TIERS[:1],
-            message=CapturePayment(
+        _failing_first(
+            "pay-timeout-once",
+            "gateway timeout once, handled on attempt 2",
+            CapturePayment(
                 order_id="ord-2001", amount=Decimal("49.90"), card=GOOD_CARD, fail_first=1
             ),
         ),
-        Planned(
-            message_id="email-busy-twice",
-            story="SMTP busy twice, handled on attempt 3",
-            retries=TIERS[:2],
-            message=SendEmail(to="bo@example.net", subject="Password reset", fail_first=2),
+        _failing_first(
+            "email-busy-twice",
+            "SMTP busy twice, handled on attempt 3",
+            SendEmail(to="bo@example.net", subject="Password reset", fail_first=2),
         ),
-        Planned(
-            message_id="email-unreachable",
-            story=exhausted,
-            final=EXHAUSTED,
-            retries=TIERS,
-            message=SendEmail(to="ops@unreachable.example", subject="Report", fail_first=99),
+        _failing_first(
+            "email-unreachable",
+            exhausted,
+            SendEmail(to="ops@unreachable.example", subject="Report", fail_first=99),
         ),
-        Planned(
-            message_id="pay-gateway-down",
-            story=exhausted,
-            final=EXHAUSTED,
-            retries=TIERS,
-            message=CapturePayment(
+        _failing_first(
+            "pay-gateway-down",
+            exhausted,
+            CapturePayment(
                 order_id="ord-2002", amount=Decimal("120.00"), card=GOOD_CARD, fail_first=99
             ),
         ),
@@ -269,13 +261,21 @@ class Counts:
         """Messages that reached a final outcome (handled or dead-lettered)."""
         return self.handled + self.dead_lettered.total()
 
+    def per_tier(self) -> dict[str, int]:
+        """Retries per tier, every tier present (zero if none), shortest delay first."""
+        return {t: self.retried[t] for t in TIERS}
+
+    def per_reason(self) -> dict[str, int]:
+        """Dead letters per reason, every reason present (zero if none), in REASONS order."""
+        return {r: self.dead_lettered[r] for r in REASONS}
+
     def as_dict(self) -> dict[str, Any]:
         """Plain data, with every tier and reason present (zero if none)."""
         return {
             "published": self.published,
             "handled": self.handled,
-            "retried": {t: self.retried[t] for t in TIERS},
-            "dead_lettered": {r: self.dead_lettered[r] for r in REASONS},
+            "retried": self.per_tier(),
+            "dead_lettered": self.per_reason(),
         }
 
 
@@ -321,47 +321,18 @@ class Tally(Hooks):
         self.in_flight -= 1
 
 
-# "message pay-03 (demo.payment.capture) failed ...", "... dead-lettered to q.dlq (...)":
-# the ids are readable and there is one DLQ, so the type and the DLQ's name go.
-_WORKER_LINE = re.compile(r"^message (\S+) \([\w.-]+\) |(?<=dead-lettered) to \S+")
-
-
-class _ToView(logging.Handler):
-    """Hands the worker's log lines to the view instead of stderr, where they would
-    tear the live table. The worker logs only redacted URLs, never the password."""
-
-    def __init__(self, view: _View) -> None:
-        super().__init__(logging.INFO)
-        self.view = view
-
-    def emit(self, record: logging.LogRecord) -> None:
-        text = _WORKER_LINE.sub(lambda m: f"{m[1]} " if m[1] else "", record.getMessage())
-        self.view.event(record.levelno, text)
-
-
-@contextlib.contextmanager
-def _worker_log_to(handler: logging.Handler) -> Iterator[None]:
-    saved = worker_log.level, worker_log.propagate
-    worker_log.addHandler(handler)
-    worker_log.setLevel(logging.INFO)
-    worker_log.propagate = False
-    try:
-        yield
-    finally:
-        worker_log.removeHandler(handler)
-        worker_log.setLevel(saved[0])
-        worker_log.propagate = saved[1]
-
-
 # -- running it ---------------------------------------------------------------------
 
 
 @dataclass(frozen=True, kw_only=True)
 class DemoSummary:
-    """The outcome of a demo run: the tally against what was expected."""
+    """The outcome of a demo run: the tally against what was expected, and where the
+    messages were left (the queue, its DLQ, and the retry delays that name the retry
+    queues)."""
 
     queue: str
     dlq: str
+    retry: RetryPolicy
     counts: Counts
     expected: Counts
     settled: bool
@@ -492,20 +463,18 @@ async def run_demo(
     batch = plan_batch(count)
     expected = expected_counts(batch)
     tally = Tally(queue)
-    view = _View(console, display, topology, tally, expected)
+    view = View(console, display, topology, tally, expected)
     specs = [(q.name, q.kind) for q in topology.queues]
     depths: tuple[QueueDepth, ...] = ()
     settled = False
 
-    # Without a view, the worker logs as it always does.
-    logs_to_view = _worker_log_to(_ToView(view)) if display != "none" else contextlib.nullcontext()
     connection = await _connect(url)
     try:
         await _prepare(connection, topology)
         if display != "none":
-            print_intro(console, topology, batch, url)
+            print_intro(console, app, batch, url)
         worker = Worker(app, url=url, hooks=tally, grace_period=5)
-        with logs_to_view, view:
+        with view.worker_logs(), view:
             task = asyncio.create_task(worker.run())
             try:
                 await _until_ready(worker, task)
@@ -528,6 +497,7 @@ async def run_demo(
     return DemoSummary(
         queue=queue,
         dlq=topology.dlq.name,
+        retry=app.retry,
         counts=tally.counts,
         expected=expected,
         settled=settled,
@@ -584,228 +554,3 @@ async def cleanup(
     finally:
         await connection.close()
     return CleanupResult(queues=tuple(d for d in depths if d.exists), exchange=exchange)
-
-
-# -- a throwaway broker ---------------------------------------------------------------
-
-
-def docker_available(timeout: float = 0.5) -> bool:
-    """Whether ``--testcontainers`` could work: the package is installed and a Docker
-    engine accepts connections (at ``$DOCKER_HOST``, else the usual socket)."""
-    if importlib.util.find_spec("testcontainers") is None:
-        return False
-    # Docker's own setting, read here only to word a hint; the docker client reads it too.
-    host = os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
-    scheme, _, where = host.partition("://")
-    try:
-        if scheme == "unix":
-            with socket.socket(socket.AF_UNIX) as sock:
-                sock.settimeout(timeout)
-                sock.connect(where)
-        elif scheme == "tcp":
-            name, _, port = where.rstrip("/").rpartition(":")
-            with socket.create_connection((name, int(port)), timeout=timeout):
-                pass
-        else:  # ssh:// and the like: assume it works rather than try it
-            return True
-    except (OSError, ValueError):
-        return False
-    return True
-
-
-def _container_class() -> Any:
-    try:
-        return importlib.import_module("testcontainers.community.rabbitmq").RabbitMqContainer
-    except ImportError:
-        pass
-    try:
-        with warnings.catch_warnings():  # the pre-4.10 location, deprecated since
-            warnings.simplefilter("ignore", DeprecationWarning)
-            return importlib.import_module("testcontainers.rabbitmq").RabbitMqContainer
-    except ImportError as exc:
-        raise BrokerUnavailable(
-            "--testcontainers needs the testcontainers package: "
-            "pip install 'testcontainers[rabbitmq]'"
-        ) from exc
-
-
-@contextlib.contextmanager
-def throwaway_broker(image: str = CONTAINER_IMAGE) -> Iterator[str]:
-    """Start a RabbitMQ container with testcontainers, yield its URL, then remove it."""
-    container_class = _container_class()
-    try:
-        container = container_class(image)
-        container.start()
-    except Exception as exc:
-        detail = (str(exc).splitlines() or [""])[0][:200] or type(exc).__name__
-        raise BrokerUnavailable(
-            f"--testcontainers could not start a RabbitMQ container: is Docker running? "
-            f"({type(exc).__name__}: {detail})"
-        ) from exc
-    try:
-        host = container.get_container_host_ip()
-        port = container.get_exposed_port(container.port)
-        yield f"amqp://{container.username}:{container.password}@{host}:{port}/"
-    finally:
-        container.stop()
-
-
-# -- showing it -----------------------------------------------------------------------
-
-
-def print_intro(console: Console, topology: Topology, batch: list[Planned], url: str) -> None:
-    """What the demo is about to do, one line per kind of message."""
-    out = console.out
-    out(
-        f"rabbitq demo: an email and a payment handler on queue {topology.main.name!r} "
-        f"at {redact_url(url)}",
-        highlight=False,
-    )
-    out(
-        f"Publishing {len(batch)} messages; a failed attempt is retried after "
-        f"{', then '.join(TIERS)} ({DEMO_RETRY.attempts} attempts in all), then "
-        f"dead-lettered to {topology.dlq.name!r}.",
-        highlight=False,
-    )
-    stories: dict[str, list[str]] = {}
-    for item in batch:
-        stories.setdefault(item.story, []).append(item.message_id)
-    for story, ids in stories.items():
-        who = f"{len(ids)} ordinary emails and payments" if len(ids) > 2 else ", ".join(ids)
-        out(f"  {who:<36}  {story}", highlight=False)
-    out("")
-
-
-class _View:
-    """The live table (a terminal) or event and progress lines (logs) during the run."""
-
-    def __init__(
-        self, console: Console, display: Display, topology: Topology, tally: Tally, expected: Counts
-    ) -> None:
-        self.console = console
-        self.display = display
-        self.topology = topology
-        self.tally = tally
-        self.expected = expected
-        self.events: deque[Text] = deque(maxlen=8)
-        self.depths: tuple[QueueDepth, ...] = ()
-        self.live: Live | None = None
-        self._started = time.monotonic()
-        self._last_line = ""
-        self._last_line_at = -1.0
-
-    def elapsed(self) -> float:
-        return time.monotonic() - self._started
-
-    def __enter__(self) -> _View:
-        if self.display == "live":
-            self.live = Live(self.render(), console=self.console, refresh_per_second=8)
-            self.live.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self.live is not None:
-            self.live.update(self.render())
-            self.live.stop()
-        elif self.display == "plain":
-            self._progress(final=True)
-
-    def event(self, level: int, text: str) -> None:
-        line = f"{self.elapsed():6.1f}s  {text}"
-        if self.display == "plain":
-            self.console.out(line, highlight=False)
-        elif self.display == "live":
-            style = "yellow" if "retrying in" in text else "red" if level >= 30 else "dim"
-            self.events.append(Text(line, style=style, no_wrap=True, overflow="ellipsis"))
-
-    def update(self, depths: tuple[QueueDepth, ...]) -> None:
-        self.depths = depths
-        if self.live is not None:
-            self.live.update(self.render())
-        elif self.display == "plain":
-            self._progress(final=False)
-
-    def _waiting(self) -> str:
-        main = self.topology.main.name
-        return ", ".join(
-            f"{'main' if d.kind == 'main' else d.name.removeprefix(main + '.')} {d.messages}"
-            for d in self.depths
-        )
-
-    def render(self) -> RenderableType:
-        got, want = self.tally.counts, self.expected
-        rows = [
-            ("published", got.published, want.published, ""),
-            ("handled", got.handled, want.handled, "green"),
-            *((f"retried, {t} tier", got.retried[t], want.retried[t], "yellow") for t in TIERS),
-            *(
-                (f"dead-lettered, {r}", got.dead_lettered[r], want.dead_lettered[r], "red")
-                for r in REASONS
-            ),
-        ]
-        title = f"rabbitq demo: queue {self.topology.main.name}, {self.elapsed():.1f} s"
-        table = Table(title=title)
-        table.add_column("outcome")
-        table.add_column("so far", justify="right")
-        table.add_column("expected", justify="right")
-        for label, n, total, style in rows:
-            table.add_row(Text(label, style=style), str(n), f"{total}{' ✓' if n == total else ''}")
-        running = self.tally.in_flight
-        waiting = f"waiting in queues: {self._waiting() or '-'}; handlers running: {running}"
-        return Group(table, Text(waiting, style="dim"), Text(""), *self.events)
-
-    def _progress(self, *, final: bool) -> None:
-        got, want = self.tally.counts, self.expected
-        tiers = ", ".join(f"{t} {got.retried[t]}/{want.retried[t]}" for t in TIERS)
-        line = (
-            f"handled {got.handled}/{want.handled}, retried {tiers}, dead-lettered "
-            f"{got.dead_lettered.total()}/{want.dead_lettered.total()}; "
-            f"waiting in queues: {self._waiting() or '-'}"
-        )
-        now = self.elapsed()
-        if final or (line != self._last_line and now - self._last_line_at >= 1.0):
-            self.console.out(f"{now:6.1f}s  {line}", highlight=False)
-            self._last_line, self._last_line_at = line, now
-
-
-def print_summary(
-    console: Console, summary: DemoSummary, *, next_steps: bool = True, url_given: bool = False
-) -> None:
-    """The final tally and where to look next.
-
-    ``url_given``: the broker was named with ``--url``, which the next commands need too.
-    """
-    got, out = summary.counts, console.out
-    out("")
-    if summary.settled:
-        out(
-            f"Settled in {summary.seconds:.1f} s: all {got.published} messages were handled "
-            f"or dead-lettered.",
-            highlight=False,
-        )
-    else:
-        out(f"Not settled after {summary.seconds:.0f} s.", highlight=False)
-    tiers = ", ".join(f"{t} tier: {got.retried[t]}" for t in TIERS)
-    reasons = ", ".join(f"{r}: {got.dead_lettered[r]}" for r in REASONS)
-    out(f"  handled         {got.handled:>4}", highlight=False)
-    out(f"  retried         {got.retried.total():>4}   ({tiers})", highlight=False)
-    out(f"  dead-lettered   {got.dead_lettered.total():>4}   ({reasons})", highlight=False)
-    if not next_steps:
-        out("The throwaway broker is gone, and its queues with it.")
-        return
-    queue = summary.queue
-    delays = " ".join(f"--delay {d:g}" for d in DEMO_RETRY.delays)
-    steps = [
-        (f"rabbitq stats {queue} {delays}", "depths of the main, retry and DLQ queues"),
-        (f"rabbitq dlq list {queue}", "the DLQ tool: list, show and replay what failed"),
-        ("rabbitq demo --cleanup", "delete the demo's queues and exchange"),
-    ]
-    out("")
-    out(
-        f"The dead-lettered messages wait in {summary.dlq!r}, each with its reason and error.",
-        highlight=False,
-    )
-    out("Where to look next" + (" (add the same --url):" if url_given else ":"), highlight=False)
-    width = max(len(cmd) for cmd, _ in steps)
-    for cmd, why in steps:
-        out(f"  {cmd:<{width}}   {why}", highlight=False)
