@@ -13,7 +13,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 import click
@@ -34,7 +34,6 @@ from .retry import RetryPolicy
 from .settings import URL_ENV, redact_url, resolve_url, scrub, url_password
 from .topology import Topology, declare, delay_ms, dlq_name, queue_depths, retry_queue_name
 
-T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
 
 url_option = click.option(
@@ -63,10 +62,6 @@ def friendly_errors(fn: F) -> F:
             raise _fail(str(exc), resolve_url(url)) from exc
 
     return wrapper  # type: ignore[return-value]
-
-
-def _run(coro: Coroutine[Any, Any, T]) -> T:
-    return asyncio.run(coro)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -117,7 +112,7 @@ def worker(
     app = load_app(app_spec)
     worker = Worker(app, url=url, prefetch=prefetch, grace_period=grace_period)
     logs.configure(level=log_level, json=log_json, secrets=[url_password(worker.url) or ""])
-    _run(worker.run(install_signal_handlers=True))
+    asyncio.run(worker.run(install_signal_handlers=True))
     _exit_if_handlers_stuck()
 
 
@@ -209,7 +204,7 @@ def publish(
                 message, message_id=message_id, correlation_id=correlation_id, delay=delay
             )
 
-    mid = _run(go())
+    mid = asyncio.run(go())
     click.echo(f"published {type_name} message_id={mid} to exchange {app.exchange!r}")
 
 
@@ -256,7 +251,7 @@ def topology(app_spec: str, dry_run: bool, as_json: bool, url: str | None) -> No
             finally:
                 await connection.close()
 
-        _run(go())
+        asyncio.run(go())
     rows = _topology_rows(plan)
     if as_json:
         for row in rows:
@@ -313,7 +308,7 @@ def stats(target: str, delays: tuple[float, ...], as_json: bool, url: str | None
         finally:
             await connection.close()
 
-    depths = _run(go())
+    depths = asyncio.run(go())
     main_depth = depths[0]
     if not main_depth.exists:
         raise click.ClickException(
@@ -406,7 +401,7 @@ def demo(
         raise click.UsageError("--cleanup and --testcontainers do not go together")
     target = resolve_url(url)
     if cleanup:
-        done = _run(showcase.cleanup(target))
+        done = asyncio.run(showcase.cleanup(target))
         names = [q.name for q in done.queues]
         if as_json:
             click.echo(orjson.dumps({"deleted_queues": names, "messages": done.messages}).decode())
@@ -423,7 +418,7 @@ def demo(
     display: showcase.Display = "none" if as_json else "live" if console.is_terminal else "plain"
 
     def go(broker: str) -> showcase.DemoSummary:
-        return _run(
+        return asyncio.run(
             showcase.run_demo(
                 broker, console=console, display=display, count=count, timeout=timeout
             )

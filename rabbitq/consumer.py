@@ -265,9 +265,13 @@ class Worker:
         finally:
             self._handling.discard(task)
             self.hooks.handler_finished(self._queue_name)
-        await self._settle(delivery, outcome)
+        await self._settle(delivery, outcome, type_name)
 
-    async def _settle(self, delivery: AbstractIncomingMessage, outcome: Outcome) -> None:
+    async def _settle(
+        self, delivery: AbstractIncomingMessage, outcome: Outcome, type_name: str
+    ) -> None:
+        """Ack, or store a confirmed copy and then ack; ``type_name`` is the resolved type,
+        written to the copy (a retried message comes back with the queue as routing key)."""
         decision = outcome.decision
         queue = self._queue_name
         if isinstance(decision, Retry):
@@ -296,8 +300,7 @@ class Worker:
                 self.hooks.succeeded(queue, outcome.type_name, outcome.duration)
             return
 
-        type_name = outcome.type_name if outcome.type_name != UNKNOWN else delivery.type
-        copy = _copy(delivery, type_name or resolve_type(delivery, queue), headers)
+        copy = _copy(delivery, type_name, headers)
         assert self._copy_exchange is not None
         try:
             await confirmed(self._copy_exchange, copy, target)
