@@ -213,6 +213,7 @@ async def serve_metrics(
         raise ConfigurationError(
             "serve_metrics needs the worker to report to these metrics: Worker(app, hooks=metrics)"
         )
+    metrics.expect(worker.app)
     heartbeat = Heartbeat(stall_after)
     server = EndpointServer(
         metrics.registry, live=heartbeat.stalled, ready=metrics.not_ready, port=port, bind=bind
