@@ -159,7 +159,7 @@ class EndpointServer:
         self.port = server.server_address[1]
         self._server = server
         self._thread = threading.Thread(
-            target=server.serve_forever, name="rabbitq-metrics", daemon=True
+            target=server.serve_forever, args=(0.2,), name="rabbitq-metrics", daemon=True
         )
         self._thread.start()
 
