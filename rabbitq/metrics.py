@@ -39,6 +39,7 @@ DURATION_BUCKETS = (
     1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
 )  # fmt: skip
 DEFAULT_SAMPLE_INTERVAL = 5.0
+PUBLISH_ERRORS = ("unroutable", "nacked", "interrupted")  # publisher.error_kind's answers
 # Dead letters whose handler never ran have no handler duration.
 _NOT_RUN = frozenset({INVALID, UNKNOWN_TYPE})
 # Circuit breaker states; only "open" holds the queue paused.
@@ -209,6 +210,10 @@ class Metrics(Hooks):
             for reason in (EXHAUSTED, PERMANENT, INVALID):
                 self.dead_letters.labels(queue, t, reason)
             self.handler_duration.labels(queue, t)
+            # so that publish panels read 0, not "no data", where nothing publishes
+            self.published_total.labels(app.exchange, t)
+            for error in PUBLISH_ERRORS:
+                self.publish_errors.labels(app.exchange, t, error)
         self.messages_received.labels(queue, UNKNOWN)
         self.messages_processed.labels(queue, UNKNOWN, "dead_lettered")
         self.dead_letters.labels(queue, UNKNOWN, UNKNOWN_TYPE)

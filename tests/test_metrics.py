@@ -166,6 +166,8 @@ def test_expect_starts_every_series_of_an_app_at_zero():
     )
     assert value(m, "rabbitq_handler_duration_seconds_count", queue="mails", type=t) == 0
     assert value(m, "rabbitq_circuit_open", queue="mails") == 0
+    assert value(m, "rabbitq_published_total", exchange="rabbitq", type=t) == 0
+    assert value(m, "rabbitq_publish_errors_total", exchange="rabbitq", type=t, error="nacked") == 0
     m.requeued("mails", t)  # an expected type is a trusted label from the start
     assert value(m, "rabbitq_messages_requeued_total", queue="mails", type=t) == 1
 

@@ -153,7 +153,8 @@ async def test_metrics_count_a_known_mix_exactly_by_outcome_tier_and_reason(make
         q, f"{q}.retry.100ms", f"{q}.retry.200ms", f"{q}.dlq", x,
         t, Stray.type_name(), "unknown",
         "success", "retried", "dead_lettered",
-        "exhausted", "permanent", "invalid", "unknown-type", "unroutable",
+        "exhausted", "permanent", "invalid", "unknown-type",
+        "unroutable", "nacked", "interrupted",
         "100ms", "200ms", "main", "retry", "dlq", rabbitq.__version__,
     }  # fmt: skip
     for (name, labels), _ in s.items():
