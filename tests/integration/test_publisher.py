@@ -28,6 +28,7 @@ from rabbitq import (
 from rabbitq.connection import connect
 
 from ..helpers import declare_topology, drain_queue, queue_depth, running, wait_for
+from ..proxy import TcpProxy
 
 
 class Note(Message, type="test.publisher.note"):
@@ -171,16 +172,21 @@ async def test_publishing_after_the_broker_closed_the_connection_raises_publish_
     app = note_app(make_app)
     await declare_topology(connection, app)
     name = f"test publisher {uid}"
-    conn = await connect(broker_url, name=name)
+    # Through a proxy that refuses new connections once the broker has closed this one:
+    # aio-pika reconnects at once otherwise, and the publish below could race it.
+    proxy = await TcpProxy(broker_url).start()
+    conn = await connect(proxy.url, name=name)
     try:
-        async with Publisher(app, url=broker_url, connection=conn) as pub:
+        async with Publisher(app, url=proxy.url, connection=conn) as pub:
             await pub.publish(Note(n=1))
+            proxy.refuse()
             assert await asyncio.to_thread(_close_broker_connections, name) == 1
             await wait_for(lambda: not conn.connected.is_set(), timeout=10)
             with pytest.raises(PublishInterrupted):
                 await pub.publish(Note(n=2))
     finally:
         await conn.close()
+        await proxy.close()
     assert [m.body for m in await drain_queue(connection, app.queue)] == [b'{"n":1,"text":""}']
 
 
