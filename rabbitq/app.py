@@ -23,6 +23,7 @@ from .settings import resolve_url
 from .topology import DEFAULT_DELIVERY_LIMIT, QueueType, Topology, plan
 
 if TYPE_CHECKING:
+    from .hooks import Hooks
     from .publisher import Publisher
 
 M = TypeVar("M", bound=Message)
@@ -187,15 +188,19 @@ class App:
         """The URL to connect to: ``override``, else the app's, else ``$RABBITQ_URL``."""
         return resolve_url(override or self.url)
 
-    def publisher(self, *, url: str | None = None) -> Publisher:
+    def publisher(
+        self, *, url: str | None = None, hooks: Hooks | list[Hooks] | None = None
+    ) -> Publisher:
         """An async context manager that publishes with confirms::
 
         async with app.publisher() as pub:
             await pub.publish(SendEmail(...))
+
+        ``hooks`` observe each publish (a :class:`~rabbitq.Metrics` counts them).
         """
         from .publisher import Publisher
 
-        return Publisher(self, url=self.resolved_url(url))
+        return Publisher(self, url=self.resolved_url(url), hooks=hooks)
 
 
 def load_app(spec: str) -> App:

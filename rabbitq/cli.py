@@ -136,6 +136,24 @@ def worker(
     (summed over all processes with --processes).
     """
     app = load_app(app_spec)
+    if processes > 1:
+        from .supervisor import Supervisor, WorkerSpec
+
+        logs.configure(
+            level=log_level, json=log_json, secrets=[url_password(app.resolved_url(url)) or ""]
+        )
+        spec = WorkerSpec(
+            app_spec=app_spec,
+            url=url,
+            prefetch=prefetch,
+            grace_period=grace_period,
+            log_level=log_level,
+            log_json=log_json,
+        )
+        supervisor = Supervisor(
+            spec, processes=processes, metrics_port=metrics_port, metrics_bind=metrics_bind
+        )
+        sys.exit(supervisor.run())
     metrics = Metrics() if metrics_port is not None else None
     worker = Worker(app, url=url, prefetch=prefetch, grace_period=grace_period, hooks=metrics)
     logs.configure(level=log_level, json=log_json, secrets=[url_password(worker.url) or ""])

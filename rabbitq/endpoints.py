@@ -159,7 +159,7 @@ class EndpointServer:
         self.port = server.server_address[1]
         self._server = server
         self._thread = threading.Thread(
-            target=server.serve_forever, name="rabbitq-metrics", daemon=True
+            target=server.serve_forever, args=(0.2,), name="rabbitq-metrics", daemon=True
         )
         self._thread.start()
 
@@ -213,6 +213,7 @@ async def serve_metrics(
         raise ConfigurationError(
             "serve_metrics needs the worker to report to these metrics: Worker(app, hooks=metrics)"
         )
+    metrics.expect(worker.app)
     heartbeat = Heartbeat(stall_after)
     server = EndpointServer(
         metrics.registry, live=heartbeat.stalled, ready=metrics.not_ready, port=port, bind=bind

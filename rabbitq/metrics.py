@@ -18,13 +18,17 @@ import asyncio
 import logging
 from collections.abc import Callable, Iterable
 from importlib.metadata import PackageNotFoundError, version
+from typing import TYPE_CHECKING
 
 from aio_pika.abc import AbstractRobustConnection
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from .hooks import Hooks
-from .retry import INVALID, UNKNOWN_TYPE
-from .topology import QueueDepth, queue_depths
+from .retry import EXHAUSTED, INVALID, PERMANENT, UNKNOWN_TYPE
+from .topology import QueueDepth, delay_label, queue_depths
+
+if TYPE_CHECKING:
+    from .app import App
 
 log = logging.getLogger("rabbitq.metrics")
 
@@ -39,6 +43,10 @@ DEFAULT_SAMPLE_INTERVAL = 5.0
 _NOT_RUN = frozenset({INVALID, UNKNOWN_TYPE})
 # Circuit breaker states; only "open" holds the queue paused.
 BREAKER_OPEN = "open"
+# Why a worker is not ready (the body of a 503 from /readyz).
+STARTING = "starting: not consuming yet"
+NOT_CONNECTED = "not connected to RabbitMQ"
+NOT_CONSUMING = "not consuming (stopped or draining)"
 
 
 def _version() -> str:
@@ -177,6 +185,33 @@ class Metrics(Hooks):
         self._lost = False  # the connection went down while consuming
         self._types: set[str] = set()  # type labels the worker has vouched for
 
+    def expect(self, app: App) -> None:
+        """Start every series that ``app``'s worker can produce at zero.
+
+        A counter that appears only with its first increment hides that increment
+        from ``increase()`` and ``rate()``: the first message to reach the DLQ would
+        not fire the alert. :func:`rabbitq.serve_metrics` calls this for you.
+        """
+        queue = app.queue
+        for handler in app.handlers.values():
+            t = handler.type_name
+            self._types.add(t)
+            self.messages_received.labels(queue, t)
+            self.messages_requeued.labels(queue, t)
+            for outcome in ("success", "retried", "dead_lettered"):
+                self.messages_processed.labels(queue, t, outcome)
+            for ms in sorted(set(handler.retry.delays_ms)):
+                self.retries.labels(queue, t, delay_label(ms))
+            for reason in (EXHAUSTED, PERMANENT, INVALID):
+                self.dead_letters.labels(queue, t, reason)
+            self.handler_duration.labels(queue, t)
+        self.messages_received.labels(queue, UNKNOWN)
+        self.messages_processed.labels(queue, UNKNOWN, "dead_lettered")
+        self.dead_letters.labels(queue, UNKNOWN, UNKNOWN_TYPE)
+        self.messages_in_flight.labels(queue)
+        self.circuit_open.labels(queue)
+        self.consuming.labels(queue)
+
     # -- readiness ----------------------------------------------------------------
 
     def not_ready(self) -> str | None:
@@ -184,12 +219,11 @@ class Metrics(Hooks):
         and consuming every queue it started. Safe to call from any thread."""
         queues = self._consuming_queues
         if not queues:
-            return "not consuming yet (starting)"
+            return STARTING
         if not self._connected:
-            return "not connected to RabbitMQ"
-        idle = sorted(q for q, on in queues.items() if not on)
-        if idle:
-            return f"not consuming {', '.join(idle)}"
+            return NOT_CONNECTED
+        if not all(queues.values()):
+            return NOT_CONSUMING
         return None
 
     # -- hooks ----------------------------------------------------------------------
