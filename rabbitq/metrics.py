@@ -184,6 +184,10 @@ class Metrics(Hooks):
         self._consuming_queues: dict[str, bool] = {}
         self._lost = False  # the connection went down while consuming
         self._types: set[str] = set()  # type labels the worker has vouched for
+        self._received: dict[tuple[str, str], Counter] = {}
+        self._processed_children: dict[tuple[str, str, str], Counter] = {}
+        self._duration_children: dict[tuple[str, str], Histogram] = {}
+        self._in_flight_children: dict[str, Gauge] = {}
 
     def expect(self, app: App) -> None:
         """Start every series that ``app``'s worker can produce at zero.
@@ -231,36 +235,63 @@ class Metrics(Hooks):
     def _type(self, type_name: str) -> str:
         return type_name if type_name in self._types else UNKNOWN
 
+    # The per-message hooks keep the labelled children they use: labels() costs
+    # several times the increment itself.
+
     def received(self, queue: str, type_name: str) -> None:
-        if type_name != UNKNOWN:
-            self._types.add(type_name)
-        self.messages_received.labels(queue, type_name).inc()
+        key = (queue, type_name)
+        child = self._received.get(key)
+        if child is None:
+            if type_name != UNKNOWN:
+                self._types.add(type_name)
+            child = self._received[key] = self.messages_received.labels(queue, type_name)
+        child.inc()
+
+    def _processed(self, queue: str, type_name: str, outcome: str) -> Counter:
+        key = (queue, type_name, outcome)
+        child = self._processed_children.get(key)
+        if child is None:
+            child = self._processed_children[key] = self.messages_processed.labels(*key)
+        return child
+
+    def _duration(self, queue: str, type_name: str) -> Histogram:
+        key = (queue, type_name)
+        child = self._duration_children.get(key)
+        if child is None:
+            child = self._duration_children[key] = self.handler_duration.labels(*key)
+        return child
 
     def succeeded(self, queue: str, type_name: str, duration: float) -> None:
-        self.messages_processed.labels(queue, type_name, "success").inc()
-        self.handler_duration.labels(queue, type_name).observe(duration)
+        self._processed(queue, type_name, "success").inc()
+        self._duration(queue, type_name).observe(duration)
 
     def retried(self, queue: str, type_name: str, delay: str, duration: float) -> None:
-        self.messages_processed.labels(queue, type_name, "retried").inc()
+        self._processed(queue, type_name, "retried").inc()
+        self._duration(queue, type_name).observe(duration)
         self.retries.labels(queue, type_name, delay).inc()
-        self.handler_duration.labels(queue, type_name).observe(duration)
 
     def dead_lettered(self, queue: str, type_name: str, reason: str, duration: float) -> None:
-        self.messages_processed.labels(queue, type_name, "dead_lettered").inc()
-        self.dead_letters.labels(queue, type_name, reason).inc()
+        self._processed(queue, type_name, "dead_lettered").inc()
         if reason not in _NOT_RUN:
-            self.handler_duration.labels(queue, type_name).observe(duration)
+            self._duration(queue, type_name).observe(duration)
+        self.dead_letters.labels(queue, type_name, reason).inc()
 
     def requeued(self, queue: str, type_name: str) -> None:
         # a delivery returned on shutdown may never have been received: its raw type
         # is then not a label the worker vouched for
         self.messages_requeued.labels(queue, self._type(type_name)).inc()
 
+    def _in_flight(self, queue: str) -> Gauge:
+        child = self._in_flight_children.get(queue)
+        if child is None:
+            child = self._in_flight_children[queue] = self.messages_in_flight.labels(queue)
+        return child
+
     def handler_started(self, queue: str) -> None:
-        self.messages_in_flight.labels(queue).inc()
+        self._in_flight(queue).inc()
 
     def handler_finished(self, queue: str) -> None:
-        self.messages_in_flight.labels(queue).dec()
+        self._in_flight(queue).dec()
 
     def connection_changed(self, up: bool) -> None:
         if up and self._lost:
