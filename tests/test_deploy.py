@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+import runpy
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -164,6 +165,29 @@ def test_the_compose_worker_runs_the_example_app_with_metrics_and_a_long_enough_
     assert_runs_a_worker(worker["command"])
     grace = worker["stop_grace_period"]
     assert grace.endswith("s") and int(grace[:-1]) > DEFAULT_GRACE_PERIOD
+
+
+def test_the_compose_producer_runs_the_producer_that_prometheus_scrapes():
+    producer = compose()["services"]["producer"]
+    assert producer["entrypoint"][:2] == ["python", "deploy/producer.py"]
+    port = int(producer["entrypoint"][producer["entrypoint"].index("--metrics-port") + 1])
+    config = yaml.safe_load(promql.PROMETHEUS_CONFIG.read_text())
+    (job,) = [j for j in config["scrape_configs"] if j["job_name"] == "rabbitq-producer"]
+    assert job["dns_sd_configs"] == [
+        {"names": ["producer"], "type": "A", "port": port, "refresh_interval": "10s"}
+    ]
+
+
+def test_the_producer_exports_its_publishes_and_nothing_about_consuming():
+    producer = runpy.run_path(str(DEPLOY / "producer.py"), run_name="producer")
+    metrics = producer["publish_metrics"]()
+    names = {family.name for family in metrics.registry.collect()}
+    assert names == {"rabbitq_published", "rabbitq_publish_errors", "rabbitq_info"}
+    errors = metrics.registry.get_sample_value(
+        "rabbitq_publish_errors_total",
+        {"exchange": "rabbitq", "type": "email.send", "error": "unroutable"},
+    )
+    assert errors == 0  # the series start at zero, so the first error shows in increase()
 
 
 def dockerfile() -> str:

@@ -249,10 +249,11 @@ async def test_every_dashboard_query_and_alert_returns_series_from_a_real_worker
         serve_metrics(worker, metrics, port=0, bind="127.0.0.1", sample_interval=0.5) as server,
         running(worker),
     ):
-        # Stands in for the circuit breaker (issue 5), which reports through this hook.
-        metrics.breaker_changed(app.queue, "closed")
         with run_prometheus(prometheus_binary, tmp_path, f"127.0.0.1:{server.port}") as base:
             prom = Prom(base)
+            # Traffic starts once Prometheus scrapes the worker (whose series start at 0).
+            await wait_for(prom.ready, timeout=DEADLINE)
+            await wait_for(lambda: _equals(prom, 'up{job="rabbitq"}', 1), timeout=DEADLINE)
             async with Publisher(app, url=broker_url, hooks=metrics) as pub:
                 await requeue_once(connection, app, metrics, pub)
                 await publish_mix(broker_url, app, pub)
@@ -271,7 +272,6 @@ async def test_every_dashboard_query_and_alert_returns_series_from_a_real_worker
                 ),
                 timeout=DEADLINE,
             )
-            await wait_for(prom.ready, timeout=DEADLINE)
             await wait_for(
                 lambda: _equals(prom, f'sum({processed}{{queue="{app.queue}"}})', total),
                 timeout=DEADLINE,
@@ -291,6 +291,8 @@ async def test_every_dashboard_query_and_alert_returns_series_from_a_real_worker
                 for r in await prom.query(f'sum by (outcome) ({processed}{{queue="{app.queue}"}})')
             }
             assert by_outcome == {"success": SUCCESS, "retried": RETRIED, "dead_lettered": DEAD}
+            requeued = f'sum(rabbitq_messages_requeued_total{{queue="{app.queue}"}})'
+            assert (await prom.value(requeued) or 0) >= 1
 
             await check_dashboard(prom, app)
             await check_alert_expressions(prom, app, dlq)
