@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 import subprocess
 import sys
 import textwrap
@@ -99,7 +100,17 @@ def test_rabbitq_without_a_command_lists_the_commands():
 @pytest.mark.parametrize(
     ("command", "explains"),
     [
-        ("worker", ["MODULE:APP", "Consume the app's queue until SIGTERM/SIGINT", "--prefetch"]),
+        (
+            "worker",
+            [
+                "MODULE:APP",
+                "Consume the app's queue until SIGTERM/SIGINT",
+                "--prefetch",
+                "--processes",
+                "--metrics-port",
+                "--metrics-bind",
+            ],
+        ),
         ("publish", ["MODULE:APP TYPE JSON", "Validate JSON as a TYPE message", "--message-id"]),
         (
             "topology",
@@ -271,13 +282,22 @@ def test_publish_with_a_delay_the_app_has_no_retry_queue_for_names_the_delays_it
     "args",
     [
         ["worker", APP],
+        ["worker", APP, "--processes", "2"],
         ["publish", APP, "unit.cli.signup", '{"email": "a@b.c", "age": 3}'],
         ["publish", APP, "unit.cli.audit", '{"action": "login"}'],
         ["topology", APP],
         ["stats", "unit-cli"],
         ["stats", APP],
     ],
-    ids=["worker", "publish", "publish-unhandled-type", "topology", "stats-queue", "stats-app"],
+    ids=[
+        "worker",
+        "worker-processes",
+        "publish",
+        "publish-unhandled-type",
+        "topology",
+        "stats-queue",
+        "stats-app",
+    ],
 )
 def test_an_unreachable_broker_is_a_one_line_error_without_the_password(args):
     result = run(*args, "--url", UNREACHABLE)
@@ -285,6 +305,19 @@ def test_an_unreachable_broker_is_a_one_line_error_without_the_password(args):
     assert "s3cretpw" not in result.output
     assert "cannot reach RabbitMQ at amqp://user:***@127.0.0.1:1/" in line
     assert "RABBITQ_URL" in line  # says how to point it elsewhere
+
+
+def test_a_metrics_port_in_use_is_a_one_line_error():
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = run(
+            "worker", APP, "--metrics-port", str(port), "--metrics-bind", "127.0.0.1",
+            "--url", UNREACHABLE,
+        )  # fmt: skip
+    line = assert_one_line_error(result)
+    assert line.startswith(f"Error: cannot serve metrics on 127.0.0.1:{port}: "), line
 
 
 def test_the_url_from_the_environment_is_used_and_its_password_hidden():

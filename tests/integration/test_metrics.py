@@ -4,6 +4,11 @@ known mix of outcomes, readiness through a lost connection, liveness of the even
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
 import threading
 import time
 
@@ -16,6 +21,7 @@ from rabbitq import serve_metrics as serve_metrics_
 from rabbitq.metrics import NOT_CONNECTED
 
 from ..helpers import running, wait_for
+from ..proxy import TcpProxy
 from ..scrape import http_get, scrape, total, value
 from .test_reconnect import close_connections_named
 
@@ -40,6 +46,10 @@ def serve_metrics(worker: Worker, metrics: Metrics, **kwargs):
 
 async def get(url: str) -> tuple[int, str]:
     return await asyncio.to_thread(http_get, url)
+
+
+async def answers(url: str, status: int) -> bool:
+    return (await get(url))[0] == status
 
 
 def make_job_app(make_app, **kwargs):
@@ -154,45 +164,52 @@ async def test_metrics_count_a_known_mix_exactly_by_outcome_tier_and_reason(make
         assert text not in body
 
 
-async def test_readyz_is_503_while_the_connection_is_lost_and_200_after_the_reconnect(make_app):
+async def test_readyz_is_503_while_the_connection_is_lost_and_200_after_the_reconnect(
+    make_app, broker_url
+):
     app = make_job_app(make_app)
     metrics = Metrics()
-    worker = Worker(app, hooks=metrics)
-    async with serve_metrics(worker, metrics) as server:
-        base = f"http://127.0.0.1:{server.port}"
-        assert (await get(f"{base}/readyz"))[0] == 503  # not started yet
-        async with running(worker):
-            assert await get(f"{base}/readyz") == (200, "ready\n")
-            assert await get(f"{base}/healthz") == (200, "ok\n")
-            closed = await asyncio.to_thread(close_connections_named, f"rabbitq worker {app.queue}")
-            assert closed == 1
-            answers: list[tuple[int, str]] = []
-
-            async def answered(status: int) -> bool:
-                answers.append(await get(f"{base}/readyz"))
-                return answers[-1][0] == status
-
-            await wait_for(lambda: answered(503), timeout=10)
-            assert answers[-1] == (503, f"{NOT_CONNECTED}\n")
-            assert await get(f"{base}/healthz") == (200, "ok\n")  # alive, just not ready
-            await wait_for(lambda: answered(200), timeout=30)
-            s = await asyncio.to_thread(scrape, base)
-            assert value(s, "rabbitq_reconnects_total") == 1
-            assert value(s, "rabbitq_connection_up") == 1
-            # and it consumes again
-            async with app.publisher() as pub:
-                await pub.publish(Job(n=1))
-            await wait_for(
-                lambda: (
-                    metrics.registry.get_sample_value(
-                        "rabbitq_messages_processed_total",
-                        {"queue": app.queue, "type": Job.type_name(), "outcome": "success"},
+    # Through a proxy that can refuse reconnects: aio-pika's first reconnect is immediate,
+    # and the test must see the worker while it is disconnected.
+    proxy = await TcpProxy(broker_url).start()
+    worker = Worker(app, url=proxy.url, hooks=metrics)
+    try:
+        async with serve_metrics(worker, metrics) as server:
+            base = f"http://127.0.0.1:{server.port}"
+            assert (await get(f"{base}/readyz"))[0] == 503  # not started yet
+            async with running(worker):
+                assert await get(f"{base}/readyz") == (200, "ready\n")
+                assert await get(f"{base}/healthz") == (200, "ok\n")
+                proxy.refuse()
+                name = f"rabbitq worker {app.queue}"
+                assert await asyncio.to_thread(close_connections_named, name) == 1
+                await wait_for(lambda: answers(f"{base}/readyz", 503), timeout=10)
+                assert await get(f"{base}/readyz") == (503, f"{NOT_CONNECTED}\n")
+                assert await get(f"{base}/healthz") == (200, "ok\n")  # alive, not ready
+                s = await asyncio.to_thread(scrape, base)
+                assert value(s, "rabbitq_connection_up") == 0
+                assert value(s, "rabbitq_consuming", queue=app.queue) == 1  # will resume
+                await proxy.start()
+                await wait_for(lambda: answers(f"{base}/readyz", 200), timeout=30)
+                s = await asyncio.to_thread(scrape, base)
+                assert value(s, "rabbitq_reconnects_total") == 1
+                assert value(s, "rabbitq_connection_up") == 1
+                # and it consumes again
+                async with app.publisher() as pub:
+                    await pub.publish(Job(n=1))
+                await wait_for(
+                    lambda: (
+                        metrics.registry.get_sample_value(
+                            "rabbitq_messages_processed_total",
+                            {"queue": app.queue, "type": Job.type_name(), "outcome": "success"},
+                        )
+                        == 1
                     )
-                    == 1
                 )
-            )
-        # drained: no longer ready
-        assert (await get(f"{base}/readyz"))[0] == 503
+            # drained: no longer ready
+            assert (await get(f"{base}/readyz"))[0] == 503
+    finally:
+        await proxy.close()
 
 
 async def test_healthz_fails_while_a_handler_stalls_the_event_loop(make_app):
@@ -229,3 +246,58 @@ async def test_healthz_fails_while_a_handler_stalls_the_event_loop(make_app):
     stalled = [body for status, body in seen if status == 503]
     assert stalled and all(b.startswith("event loop unresponsive for ") for b in stalled)
     assert seen[0] == (200, "ok\n")
+
+
+CLI_APP = """\
+from rabbitq import App, Message
+
+
+class Job(Message, type="test.metrics.job"):
+    n: int
+
+
+app = App(queue={queue!r}, exchange={exchange!r}, prefetch=5)
+
+
+@app.handler(Job)
+async def job(msg: Job) -> None:
+    pass
+"""
+
+
+async def test_rabbitq_worker_metrics_port_serves_and_says_where(make_app, broker_url, tmp_path):
+    app = make_app()
+    (tmp_path / "cli_metrics_app.py").write_text(
+        CLI_APP.format(queue=app.queue, exchange=app.exchange)
+    )
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    base = f"http://127.0.0.1:{port}"
+    log_path = tmp_path / "worker.log"
+    command = [
+        *(sys.executable, "-m", "rabbitq", "worker", "cli_metrics_app:app"),
+        *("--metrics-port", str(port), "--metrics-bind", "127.0.0.1"),
+    ]
+    env = {**os.environ, "RABBITQ_URL": broker_url}
+    with log_path.open("w") as log:
+        proc = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=log, stderr=log)
+    try:
+
+        async def ready() -> bool:
+            try:
+                return (await get(f"{base}/readyz"))[0] == 200
+            except OSError:
+                return False
+
+        await wait_for(ready, timeout=30, interval=0.1)
+        s = await asyncio.to_thread(scrape, base)
+        assert value(s, "rabbitq_prefetch", queue=app.queue) == 5
+        assert value(s, "rabbitq_info", version=rabbitq.__version__) == 1
+        proc.send_signal(signal.SIGTERM)
+        assert await asyncio.to_thread(proc.wait, 30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert f"serving metrics on {base}/metrics" in log_path.read_text()
