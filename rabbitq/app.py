@@ -29,6 +29,8 @@ M = TypeVar("M", bound=Message)
 HandlerFn = Callable[..., Any]
 
 DEFAULT_TIMEOUT = 300.0
+# Bodies above this are dead-lettered as ``invalid`` before any parsing (see docs/safety.md).
+DEFAULT_MAX_BODY_SIZE = 4 * 1024 * 1024
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -62,6 +64,7 @@ class Handler:
     timeout: float | None
     is_async: bool
     wants_context: bool
+    max_body_size: int | None = DEFAULT_MAX_BODY_SIZE
 
     @property
     def type_name(self) -> str:
@@ -87,6 +90,12 @@ def _is_async(fn: HandlerFn) -> bool:
     return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(type(fn).__call__)
 
 
+def _check_max_body_size(size: int | None) -> int | None:
+    if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 1):
+        raise ConfigurationError(f"max_body_size must be positive bytes or None, not {size!r}")
+    return size
+
+
 def _check_timeout(timeout: float | None) -> float | None:
     if timeout is not None and not timeout > 0:
         raise ConfigurationError(f"timeout must be positive seconds or None, not {timeout!r}")
@@ -100,6 +109,8 @@ class App:
     local broker. ``prefetch`` is the number of handlers in flight per worker process.
     ``timeout`` is the default per-handler time limit in seconds (None: no limit).
     ``queue_type`` applies to every queue of the app, the DLQ included.
+    ``max_body_size`` (bytes, None: no limit) dead-letters larger bodies as ``invalid``
+    before they are parsed.
     """
 
     def __init__(
@@ -113,6 +124,7 @@ class App:
         timeout: float | None = DEFAULT_TIMEOUT,
         queue_type: QueueType = "classic",
         delivery_limit: int = DEFAULT_DELIVERY_LIMIT,
+        max_body_size: int | None = DEFAULT_MAX_BODY_SIZE,
     ) -> None:
         if prefetch < 1:
             raise ConfigurationError(f"prefetch must be at least 1, not {prefetch}")
@@ -126,6 +138,7 @@ class App:
         self.timeout = _check_timeout(timeout)
         self.queue_type: QueueType = queue_type
         self.delivery_limit = delivery_limit
+        self.max_body_size = _check_max_body_size(max_body_size)
         self._handlers: dict[str, Handler] = {}
         self.topology()  # validate names and arguments now, not at first connect
 
@@ -143,11 +156,12 @@ class App:
         *,
         retry: RetryPolicy | None = None,
         timeout: float | None | EllipsisType = ...,
+        max_body_size: int | None | EllipsisType = ...,
     ) -> Callable[[HandlerFn], HandlerFn]:
         """Register the decorated function (async or sync) as the handler of ``model``.
 
-        ``retry`` and ``timeout`` override the app's for this handler; ``timeout=None``
-        means no time limit.
+        ``retry``, ``timeout`` and ``max_body_size`` override the app's for this handler;
+        ``timeout=None`` means no time limit, ``max_body_size=None`` no size limit.
         """
         if not (isinstance(model, type) and issubclass(model, Message)):
             raise ConfigurationError(f"handler() takes a Message subclass, not {model!r}")
@@ -156,6 +170,11 @@ class App:
             raise ConfigurationError(f"{self!r} already has a handler for {name!r}")
 
         limit = self.timeout if isinstance(timeout, EllipsisType) else _check_timeout(timeout)
+        size = (
+            self.max_body_size
+            if isinstance(max_body_size, EllipsisType)
+            else _check_max_body_size(max_body_size)
+        )
 
         def register(fn: HandlerFn) -> HandlerFn:
             self._handlers[name] = Handler(
@@ -165,6 +184,7 @@ class App:
                 timeout=limit,
                 is_async=_is_async(fn),
                 wants_context=_wants_context(fn),
+                max_body_size=size,
             )
             return fn
 

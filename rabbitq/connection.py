@@ -9,6 +9,7 @@ import aio_pika
 import aiormq
 from aio_pika.abc import AbstractRobustConnection
 
+from . import wire
 from .errors import BrokerUnavailable
 from .settings import redact_url, scrub, url_password
 
@@ -24,6 +25,7 @@ async def connect(url: str, *, name: str, timeout: float = 10.0) -> AbstractRobu
     retrying every ``RECONNECT_INTERVAL`` seconds unless the URL's
     ``?reconnect_interval=`` says otherwise.
     """
+    wire.install()  # a malformed frame must not drop the connection (see rabbitq.wire)
     options: dict[str, Any] = {}
     if "reconnect_interval" not in urlsplit(url).query:
         options["reconnect_interval"] = RECONNECT_INTERVAL

@@ -265,7 +265,12 @@ class Worker:
         finally:
             self._handling.discard(task)
             self.hooks.handler_finished(self._queue_name)
-        await self._settle(delivery, outcome, type_name)
+        try:
+            await self._settle(delivery, outcome, type_name)
+        except Exception:  # a bug must not leave a delivery unsettled until the channel dies
+            log.exception("could not settle message %s; returning it", delivery.message_id or "-")
+            await asyncio.sleep(REQUEUE_BACKOFF)
+            await self._nack(delivery, type_name)
 
     async def _settle(
         self, delivery: AbstractIncomingMessage, outcome: Outcome, type_name: str
