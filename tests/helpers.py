@@ -165,7 +165,10 @@ async def publish_bare(
             if isinstance(value, Heartbeat):
                 continue
             if not isinstance(value, kind):
-                raise AssertionError(f"expected {kind.__name__}, the broker sent {value!r}")
+                raise AssertionError(
+                    f"expected {kind.__name__}, the broker sent {value!r}"
+                    + getattr(value, "reply_text", "")
+                )
             return value
 
     def send(channel: int, *values: Any) -> None:
@@ -193,7 +196,8 @@ async def publish_bare(
             content = content[:3] + len(patched).to_bytes(4, "big") + patched + content[-1:]
         send(1, commands.Basic.Publish(exchange=exchange, routing_key=routing_key, mandatory=True))
         writer.write(content)
-        send(1, ContentBody(body))
+        if body:  # an empty body has no body frame (AMQP 0-9-1, 4.2.6.2)
+            send(1, ContentBody(body))
         await expect(commands.Basic.Ack)  # a Basic.Return (unroutable) fails here
         send(0, commands.Connection.Close(reply_code=200, reply_text="", class_id=0, method_id=0))
         await expect(commands.Connection.CloseOk)
