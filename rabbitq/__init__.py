@@ -7,6 +7,7 @@ with the reason attached. See the README for the guarantees and a tutorial.
 from importlib.metadata import PackageNotFoundError, version
 
 from .app import App, Context, Handler, load_app
+from .breaker import Breaker
 from .consumer import Worker
 from .errors import (
     AppLoadError,
@@ -35,6 +36,7 @@ except PackageNotFoundError:  # running from a source tree that is not installed
 __all__ = [
     "App",
     "AppLoadError",
+    "Breaker",
     "BrokerUnavailable",
     "ConfigurationError",
     "Context",

@@ -16,6 +16,7 @@ from datetime import datetime
 from types import EllipsisType
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from .breaker import Breaker
 from .errors import AppLoadError, ConfigurationError
 from .message import Message
 from .retry import RetryPolicy
@@ -65,6 +66,7 @@ class Handler:
     is_async: bool
     wants_context: bool
     max_body_size: int | None = DEFAULT_MAX_BODY_SIZE
+    breaker: Breaker | None = None
 
     @property
     def type_name(self) -> str:
@@ -96,6 +98,12 @@ def _check_max_body_size(size: int | None) -> int | None:
     return size
 
 
+def _check_breaker(breaker: Breaker | None) -> Breaker | None:
+    if breaker is not None and not isinstance(breaker, Breaker):
+        raise ConfigurationError(f"breaker must be a rabbitq.Breaker or None, not {breaker!r}")
+    return breaker
+
+
 def _check_timeout(timeout: float | None) -> float | None:
     if timeout is not None and not timeout > 0:
         raise ConfigurationError(f"timeout must be positive seconds or None, not {timeout!r}")
@@ -110,7 +118,8 @@ class App:
     ``timeout`` is the default per-handler time limit in seconds (None: no limit).
     ``queue_type`` applies to every queue of the app, the DLQ included.
     ``max_body_size`` (bytes, None: no limit) dead-letters larger bodies as ``invalid``
-    before they are parsed.
+    before they are parsed. ``breaker`` (default: none) pauses the queue while a
+    handler's dependency is down (see :class:`~rabbitq.Breaker`).
     """
 
     def __init__(
@@ -125,6 +134,7 @@ class App:
         queue_type: QueueType = "classic",
         delivery_limit: int = DEFAULT_DELIVERY_LIMIT,
         max_body_size: int | None = DEFAULT_MAX_BODY_SIZE,
+        breaker: Breaker | None = None,
     ) -> None:
         if prefetch < 1:
             raise ConfigurationError(f"prefetch must be at least 1, not {prefetch}")
@@ -139,6 +149,7 @@ class App:
         self.queue_type: QueueType = queue_type
         self.delivery_limit = delivery_limit
         self.max_body_size = _check_max_body_size(max_body_size)
+        self.breaker = _check_breaker(breaker)
         self._handlers: dict[str, Handler] = {}
         self.topology()  # validate names and arguments now, not at first connect
 
@@ -157,11 +168,13 @@ class App:
         retry: RetryPolicy | None = None,
         timeout: float | None | EllipsisType = ...,
         max_body_size: int | None | EllipsisType = ...,
+        breaker: Breaker | None | EllipsisType = ...,
     ) -> Callable[[HandlerFn], HandlerFn]:
         """Register the decorated function (async or sync) as the handler of ``model``.
 
-        ``retry``, ``timeout`` and ``max_body_size`` override the app's for this handler;
-        ``timeout=None`` means no time limit, ``max_body_size=None`` no size limit.
+        ``retry``, ``timeout``, ``max_body_size`` and ``breaker`` override the app's for
+        this handler; ``timeout=None`` means no time limit, ``max_body_size=None`` no size
+        limit, ``breaker=None`` no circuit breaker.
         """
         if not (isinstance(model, type) and issubclass(model, Message)):
             raise ConfigurationError(f"handler() takes a Message subclass, not {model!r}")
@@ -185,6 +198,9 @@ class App:
                 is_async=_is_async(fn),
                 wants_context=_wants_context(fn),
                 max_body_size=size,
+                breaker=self.breaker
+                if isinstance(breaker, EllipsisType)
+                else _check_breaker(breaker),
             )
             return fn
 

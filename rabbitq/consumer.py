@@ -26,6 +26,7 @@ from aio_pika.abc import (
 
 from . import headers as h
 from .app import App
+from .breaker import BreakerGuard
 from .connection import connect
 from .dispatch import UNKNOWN, Outcome, message_id_of, process, resolve_type
 from .errors import ConfigurationError, PublishError
@@ -111,6 +112,18 @@ class Worker:
         self._stop = asyncio.Event()
         self._stopping = False
         self.ready = asyncio.Event()
+        breakers = {name: h.breaker for name, h in self._handlers.items() if h.breaker}
+        self.breakers = (
+            BreakerGuard(
+                self._queue_name,
+                breakers,
+                pause=self._cancel_consumer,
+                resume=self._consume,
+                hooks=self.hooks,
+            )
+            if breakers
+            else None
+        )
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -129,7 +142,7 @@ class Worker:
             self._copy_exchange = copy_channel.default_exchange
             # Declared on the robust channel, so aio-pika re-declares it on reconnect.
             self._queue = await declare(self._consume_channel, self.topology)
-            self._consumer_tag = await self._queue.consume(self._on_message)
+            await self._consume()
         except BaseException:
             await self._close_connection()
             raise
@@ -176,6 +189,8 @@ class Worker:
             return
         self._stopping = True
         self.ready.clear()
+        if self.breakers is not None:
+            self.breakers.close()  # deliveries waiting for a probe's verdict go back
         await self._cancel_consumer()
         self.hooks.consuming_changed(False)
         if self._tasks:
@@ -197,11 +212,16 @@ class Worker:
         if connected:  # a worker that never connected just reports the error
             log.info("worker for %r stopped", self._queue_name)
 
+    async def _consume(self) -> None:
+        if self._queue is not None and self._consumer_tag is None and not self._stopping:
+            self._consumer_tag = await self._queue.consume(self._on_message)
+
     async def _cancel_consumer(self) -> None:
         if self._queue is None or self._consumer_tag is None:
             return
+        tag, self._consumer_tag = self._consumer_tag, None
         try:
-            await self._queue.cancel(self._consumer_tag)
+            await self._queue.cancel(tag)
         except Exception as exc:  # the connection may already be gone; closing requeues all
             log.warning("could not cancel the consumer cleanly: %s", exc)
 
@@ -256,9 +276,14 @@ class Worker:
                     "redelivered message %s (it may have been handled before: at-least-once)",
                     delivery.message_id or "(no message_id)",
                 )
+            if self.breakers is not None and not await self.breakers.admit(type_name):
+                await self._nack(delivery, type_name)  # circuit open: back, no attempt used
+                return
             outcome = await process(
                 self._handlers, self._queue_name, delivery, self._executor, type_name
             )
+            if self.breakers is not None:
+                self.breakers.record(type_name, outcome.decision)
         except asyncio.CancelledError:  # shutdown after the grace period
             await self._nack(delivery, type_name)
             raise

@@ -43,6 +43,9 @@ class Hooks:
     def consuming_changed(self, consuming: bool) -> None:
         """The worker started or stopped consuming its queue."""
 
+    def breaker_changed(self, queue: str, state: str) -> None:
+        """The circuit breaker of ``queue`` changed to ``state`` (closed, open, half-open)."""
+
     def published(self, exchange: str, type_name: str) -> None:
         """A publish was confirmed."""
 
