@@ -20,7 +20,7 @@ from .breaker import Breaker
 from .errors import AppLoadError, ConfigurationError
 from .message import Message
 from .retry import RetryPolicy
-from .settings import resolve_url
+from .settings import TLS, resolve_url
 from .topology import DEFAULT_DELIVERY_LIMIT, QueueType, Topology, plan
 
 if TYPE_CHECKING:
@@ -119,7 +119,8 @@ class App:
     ``queue_type`` applies to every queue of the app, the DLQ included.
     ``max_body_size`` (bytes, None: no limit) dead-letters larger bodies as ``invalid``
     before they are parsed. ``breaker`` (default: none) pauses the queue while a
-    handler's dependency is down (see :class:`~rabbitq.Breaker`).
+    handler's dependency is down (see :class:`~rabbitq.Breaker`). ``tls``: the CA and
+    client certificate files for an ``amqps://`` URL (default: ``$RABBITQ_TLS_*``).
     """
 
     def __init__(
@@ -135,6 +136,7 @@ class App:
         delivery_limit: int = DEFAULT_DELIVERY_LIMIT,
         max_body_size: int | None = DEFAULT_MAX_BODY_SIZE,
         breaker: Breaker | None = None,
+        tls: TLS | None = None,
     ) -> None:
         if prefetch < 1:
             raise ConfigurationError(f"prefetch must be at least 1, not {prefetch}")
@@ -150,6 +152,7 @@ class App:
         self.delivery_limit = delivery_limit
         self.max_body_size = _check_max_body_size(max_body_size)
         self.breaker = _check_breaker(breaker)
+        self.tls = tls
         self._handlers: dict[str, Handler] = {}
         self.topology()  # validate names and arguments now, not at first connect
 
@@ -223,7 +226,7 @@ class App:
         """The URL to connect to: ``override``, else the app's, else ``$RABBITQ_URL``."""
         return resolve_url(override or self.url)
 
-    def publisher(self, *, url: str | None = None) -> Publisher:
+    def publisher(self, *, url: str | None = None, tls: TLS | None = None) -> Publisher:
         """An async context manager that publishes with confirms::
 
         async with app.publisher() as pub:
@@ -231,7 +234,7 @@ class App:
         """
         from .publisher import Publisher
 
-        return Publisher(self, url=self.resolved_url(url))
+        return Publisher(self, url=self.resolved_url(url), tls=tls or self.tls)
 
 
 def load_app(spec: str) -> App:

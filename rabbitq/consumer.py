@@ -25,6 +25,7 @@ from aio_pika.abc import (
 )
 
 from . import headers as h
+from . import limits
 from .app import App
 from .breaker import BreakerGuard
 from .connection import connect
@@ -33,7 +34,7 @@ from .errors import ConfigurationError, PublishError
 from .hooks import Hooks, combine
 from .publisher import confirmed
 from .retry import DeadLetter, Retry
-from .settings import redact_url
+from .settings import TLS, Settings, redact_url
 from .topology import Topology, declare
 
 log = logging.getLogger("rabbitq.worker")
@@ -88,11 +89,18 @@ class Worker:
         grace_period: float = DEFAULT_GRACE_PERIOD,
         hooks: Hooks | list[Hooks] | None = None,
         sync_workers: int | None = None,
+        tls: TLS | None = None,
+        consumer_timeout: float | None = None,
     ) -> None:
         if not app.handlers:
             raise ConfigurationError(f"{app!r} has no handlers: register one with @app.handler")
         self.app = app
         self.url = app.resolved_url(url)
+        self.tls = tls or app.tls
+        # the broker's delivery-ack timeout, if known (see rabbitq.limits)
+        self.consumer_timeout = (
+            Settings.from_env().consumer_timeout if consumer_timeout is None else consumer_timeout
+        )
         self.prefetch = prefetch or app.prefetch
         self.grace_period = grace_period
         self.hooks = combine(hooks)
@@ -129,12 +137,16 @@ class Worker:
 
     async def start(self) -> None:
         """Connect, declare the topology and start consuming."""
-        self._connection = await connect(self.url, name=f"rabbitq worker {self._queue_name}")
+        self._connection = await connect(
+            self.url, name=f"rabbitq worker {self._queue_name}", tls=self.tls
+        )
         self._connection.close_callbacks.add(self._on_connection_lost)
         self._connection.reconnect_callbacks.add(self._on_reconnected)
         self.hooks.connection_changed(True)
+        limits.check_timeouts(self._handlers, self.consumer_timeout)
         try:
             self._consume_channel = await self._connection.channel(publisher_confirms=False)
+            self._consume_channel.close_callbacks.add(limits.on_channel_closed)
             await self._consume_channel.set_qos(prefetch_count=self.prefetch)
             copy_channel = await self._connection.channel(
                 publisher_confirms=True, on_return_raises=True
