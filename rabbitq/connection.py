@@ -16,14 +16,20 @@ from .settings import TLS, redact_url, resolve_tls, scrub, ssl_context_for, url_
 
 RECONNECT_INTERVAL = 2.0
 START_HINT = "start one with 'rabbitmq-server -detached' or set RABBITQ_URL / --url"
+TLS_HINT = (
+    "check the CA (RABBITQ_TLS_CA / --tls-ca), and the client certificate and key if the "
+    "broker requires one (RABBITQ_TLS_CERT, RABBITQ_TLS_KEY / --tls-cert, --tls-key)"
+)
 
 
 def _tls_failure(exc: BaseException) -> ssl.SSLError | None:
     """The TLS error behind a failed connect, if there is one."""
     seen: BaseException | None = exc
-    while seen is not None:
+    visited: set[int] = set()
+    while seen is not None and id(seen) not in visited:  # a chain can loop
         if isinstance(seen, ssl.SSLError):
             return seen
+        visited.add(id(seen))
         seen = seen.__cause__ or seen.__context__
     for arg in getattr(exc, "args", ()):
         if isinstance(arg, ssl.SSLError):
@@ -56,13 +62,16 @@ async def connect(
         ) from exc
     except (TimeoutError, OSError, aiormq.exceptions.AMQPError, ValueError) as exc:
         if (failure := _tls_failure(exc)) is not None:
-            reason = getattr(failure, "verify_message", None) or failure.reason or str(failure)
+            if isinstance(failure, ssl.SSLCertVerificationError):
+                reason = f"certificate verify failed: {failure.verify_message}"
+            else:
+                reason = failure.reason or str(failure)
             raise BrokerUnavailable(
-                f"TLS handshake with {redact_url(url)} failed ({reason}): check the CA "
-                f"(RABBITQ_TLS_CA / --tls-ca) and the client certificate and key"
+                f"TLS handshake with {redact_url(url)} failed ({reason}): {TLS_HINT}"
             ) from exc
         detail = scrub(str(exc) or type(exc).__name__, url_password(url))
+        hint = TLS_HINT if urlsplit(url).scheme.lower() == "amqps" else START_HINT
         raise BrokerUnavailable(
-            f"cannot reach RabbitMQ at {redact_url(url)} ({detail}); {START_HINT}"
+            f"cannot reach RabbitMQ at {redact_url(url)} ({detail}); {hint}"
         ) from exc
     return connection

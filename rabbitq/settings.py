@@ -45,12 +45,13 @@ class TLS:
         """The SSL context: verify the broker (and present our certificate, if any)."""
         if self.key and not self.cert:
             raise ConfigurationError("a TLS key was given without its certificate (--tls-cert)")
+        for label, path in (("CA", self.ca), ("certificate", self.cert), ("key", self.key)):
+            if path and not os.path.isfile(path):
+                raise ConfigurationError(f"TLS {label} file not found: {path}")
         try:
             context = ssl.create_default_context(cafile=self.ca or None)
             if self.cert:
                 context.load_cert_chain(self.cert, self.key or None)
-        except FileNotFoundError as exc:
-            raise ConfigurationError(f"TLS file not found: {exc.filename}") from exc
         except (OSError, ssl.SSLError) as exc:
             raise ConfigurationError(
                 f"cannot load the TLS files (CA {self.ca or 'system'}, cert {self.cert or '-'}, "
