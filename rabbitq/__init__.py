@@ -27,6 +27,7 @@ from .hooks import Hooks
 from .message import Message
 from .publisher import Publisher
 from .retry import RetryPolicy
+from .settings import TLS
 
 try:
     __version__ = version("rabbitq")
@@ -52,6 +53,7 @@ __all__ = [
     "Publisher",
     "RabbitqError",
     "RetryPolicy",
+    "TLS",
     "TopologyMismatch",
     "Unroutable",
     "Worker",
