@@ -7,6 +7,7 @@ with the reason attached. See the README for the guarantees and a tutorial.
 from importlib.metadata import PackageNotFoundError, version
 
 from .app import App, Context, Handler, load_app
+from .breaker import Breaker
 from .consumer import Worker
 from .endpoints import serve_metrics
 from .errors import (
@@ -28,6 +29,7 @@ from .message import Message
 from .metrics import Metrics
 from .publisher import Publisher
 from .retry import RetryPolicy
+from .settings import TLS
 
 try:
     __version__ = version("rabbitq")
@@ -37,6 +39,7 @@ except PackageNotFoundError:  # running from a source tree that is not installed
 __all__ = [
     "App",
     "AppLoadError",
+    "Breaker",
     "BrokerUnavailable",
     "ConfigurationError",
     "Context",
@@ -53,6 +56,7 @@ __all__ = [
     "Publisher",
     "RabbitqError",
     "RetryPolicy",
+    "TLS",
     "TopologyMismatch",
     "Unroutable",
     "Worker",

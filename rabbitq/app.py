@@ -16,10 +16,11 @@ from datetime import datetime
 from types import EllipsisType
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from .breaker import Breaker
 from .errors import AppLoadError, ConfigurationError
 from .message import Message
 from .retry import RetryPolicy
-from .settings import resolve_url
+from .settings import TLS, resolve_url
 from .topology import DEFAULT_DELIVERY_LIMIT, QueueType, Topology, plan
 
 if TYPE_CHECKING:
@@ -30,6 +31,8 @@ M = TypeVar("M", bound=Message)
 HandlerFn = Callable[..., Any]
 
 DEFAULT_TIMEOUT = 300.0
+# Bodies above this are dead-lettered as ``invalid`` before any parsing (see docs/safety.md).
+DEFAULT_MAX_BODY_SIZE = 4 * 1024 * 1024
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -63,6 +66,8 @@ class Handler:
     timeout: float | None
     is_async: bool
     wants_context: bool
+    max_body_size: int | None = DEFAULT_MAX_BODY_SIZE
+    breaker: Breaker | None = None
 
     @property
     def type_name(self) -> str:
@@ -88,6 +93,18 @@ def _is_async(fn: HandlerFn) -> bool:
     return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(type(fn).__call__)
 
 
+def _check_max_body_size(size: int | None) -> int | None:
+    if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 1):
+        raise ConfigurationError(f"max_body_size must be positive bytes or None, not {size!r}")
+    return size
+
+
+def _check_breaker(breaker: Breaker | None) -> Breaker | None:
+    if breaker is not None and not isinstance(breaker, Breaker):
+        raise ConfigurationError(f"breaker must be a rabbitq.Breaker or None, not {breaker!r}")
+    return breaker
+
+
 def _check_timeout(timeout: float | None) -> float | None:
     if timeout is not None and not timeout > 0:
         raise ConfigurationError(f"timeout must be positive seconds or None, not {timeout!r}")
@@ -101,6 +118,10 @@ class App:
     local broker. ``prefetch`` is the number of handlers in flight per worker process.
     ``timeout`` is the default per-handler time limit in seconds (None: no limit).
     ``queue_type`` applies to every queue of the app, the DLQ included.
+    ``max_body_size`` (bytes, None: no limit) dead-letters larger bodies as ``invalid``
+    before they are parsed. ``breaker`` (default: none) pauses the queue while a
+    handler's dependency is down (see :class:`~rabbitq.Breaker`). ``tls``: the CA and
+    client certificate files for an ``amqps://`` URL (default: ``$RABBITQ_TLS_*``).
     """
 
     def __init__(
@@ -114,6 +135,9 @@ class App:
         timeout: float | None = DEFAULT_TIMEOUT,
         queue_type: QueueType = "classic",
         delivery_limit: int = DEFAULT_DELIVERY_LIMIT,
+        max_body_size: int | None = DEFAULT_MAX_BODY_SIZE,
+        breaker: Breaker | None = None,
+        tls: TLS | None = None,
     ) -> None:
         if prefetch < 1:
             raise ConfigurationError(f"prefetch must be at least 1, not {prefetch}")
@@ -127,6 +151,9 @@ class App:
         self.timeout = _check_timeout(timeout)
         self.queue_type: QueueType = queue_type
         self.delivery_limit = delivery_limit
+        self.max_body_size = _check_max_body_size(max_body_size)
+        self.breaker = _check_breaker(breaker)
+        self.tls = tls
         self._handlers: dict[str, Handler] = {}
         self.topology()  # validate names and arguments now, not at first connect
 
@@ -144,11 +171,14 @@ class App:
         *,
         retry: RetryPolicy | None = None,
         timeout: float | None | EllipsisType = ...,
+        max_body_size: int | None | EllipsisType = ...,
+        breaker: Breaker | None | EllipsisType = ...,
     ) -> Callable[[HandlerFn], HandlerFn]:
         """Register the decorated function (async or sync) as the handler of ``model``.
 
-        ``retry`` and ``timeout`` override the app's for this handler; ``timeout=None``
-        means no time limit.
+        ``retry``, ``timeout``, ``max_body_size`` and ``breaker`` override the app's for
+        this handler; ``timeout=None`` means no time limit, ``max_body_size=None`` no size
+        limit, ``breaker=None`` no circuit breaker.
         """
         if not (isinstance(model, type) and issubclass(model, Message)):
             raise ConfigurationError(f"handler() takes a Message subclass, not {model!r}")
@@ -157,6 +187,11 @@ class App:
             raise ConfigurationError(f"{self!r} already has a handler for {name!r}")
 
         limit = self.timeout if isinstance(timeout, EllipsisType) else _check_timeout(timeout)
+        size = (
+            self.max_body_size
+            if isinstance(max_body_size, EllipsisType)
+            else _check_max_body_size(max_body_size)
+        )
 
         def register(fn: HandlerFn) -> HandlerFn:
             self._handlers[name] = Handler(
@@ -166,6 +201,10 @@ class App:
                 timeout=limit,
                 is_async=_is_async(fn),
                 wants_context=_wants_context(fn),
+                max_body_size=size,
+                breaker=self.breaker
+                if isinstance(breaker, EllipsisType)
+                else _check_breaker(breaker),
             )
             return fn
 
@@ -189,7 +228,11 @@ class App:
         return resolve_url(override or self.url)
 
     def publisher(
-        self, *, url: str | None = None, hooks: Hooks | list[Hooks] | None = None
+        self,
+        *,
+        url: str | None = None,
+        tls: TLS | None = None,
+        hooks: Hooks | list[Hooks] | None = None,
     ) -> Publisher:
         """An async context manager that publishes with confirms::
 
@@ -200,7 +243,7 @@ class App:
         """
         from .publisher import Publisher
 
-        return Publisher(self, url=self.resolved_url(url), hooks=hooks)
+        return Publisher(self, url=self.resolved_url(url), tls=tls or self.tls, hooks=hooks)
 
 
 def load_app(spec: str) -> App:

@@ -33,7 +33,15 @@ from .errors import ConfigurationError, RabbitqError
 from .message import lookup
 from .metrics import Metrics
 from .retry import RetryPolicy
-from .settings import URL_ENV, redact_url, resolve_url, scrub, url_password
+from .settings import (
+    CONSUMER_TIMEOUT_ENV,
+    TLS,
+    URL_ENV,
+    redact_url,
+    resolve_url,
+    scrub,
+    url_password,
+)
 from .topology import Topology, declare, delay_ms, dlq_name, queue_depths, retry_queue_name
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -46,6 +54,35 @@ url_option = click.option(
     help="AMQP URL of the broker [default: amqp://guest:guest@localhost:5672/].",
 )
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+
+
+def tls_options(fn: F) -> F:
+    """``--tls-ca``, ``--tls-cert``, ``--tls-key``, passed on as ``tls`` (None: the
+    ``$RABBITQ_TLS_*`` files, read by rabbitq.settings when connecting)."""
+
+    @functools.wraps(fn)
+    def wrapper(
+        *args: Any, tls_ca: str | None, tls_cert: str | None, tls_key: str | None, **kwargs: Any
+    ) -> Any:
+        given = tls_ca or tls_cert or tls_key
+        tls = TLS(ca=tls_ca, cert=tls_cert, key=tls_key) if given else None
+        return fn(*args, tls=tls, **kwargs)
+
+    path = click.Path(dir_okay=False)
+    for name, what in (
+        ("--tls-key", "Client private key (PEM, unencrypted) [env: RABBITQ_TLS_KEY]."),
+        (
+            "--tls-cert",
+            "Client certificate (PEM) for brokers that verify clients [env: RABBITQ_TLS_CERT].",
+        ),
+        (
+            "--tls-ca",
+            "CA bundle (PEM) to verify an amqps:// broker [env: RABBITQ_TLS_CA; "
+            "default: the system's].",
+        ),
+    ):
+        wrapper = click.option(name, type=path, default=None, help=what)(wrapper)
+    return wrapper  # type: ignore[return-value]
 
 
 def _fail(message: str, url: str | None) -> click.ClickException:
@@ -115,7 +152,16 @@ def main() -> None:
     default="INFO",
     show_default=True,
 )
+@click.option(
+    "--consumer-timeout",
+    type=click.FloatRange(min=0),
+    envvar=CONSUMER_TIMEOUT_ENV,
+    show_envvar=True,
+    help="The broker's consumer_timeout in seconds (0: none), to check handler timeouts "
+    "against [default: RabbitMQ's 1800].",
+)
 @url_option
+@tls_options
 @friendly_errors
 def worker(
     app_spec: str,
@@ -126,7 +172,9 @@ def worker(
     metrics_bind: str,
     log_json: bool,
     log_level: str,
+    consumer_timeout: float | None,
     url: str | None,
+    tls: TLS | None,
 ) -> None:
     """Consume the app's queue until SIGTERM/SIGINT.
 
@@ -149,13 +197,23 @@ def worker(
             grace_period=grace_period,
             log_level=log_level,
             log_json=log_json,
+            tls=tls,
+            consumer_timeout=consumer_timeout,
         )
         supervisor = Supervisor(
             spec, processes=processes, metrics_port=metrics_port, metrics_bind=metrics_bind
         )
         sys.exit(supervisor.run())
     metrics = Metrics() if metrics_port is not None else None
-    worker = Worker(app, url=url, prefetch=prefetch, grace_period=grace_period, hooks=metrics)
+    worker = Worker(
+        app,
+        url=url,
+        prefetch=prefetch,
+        grace_period=grace_period,
+        hooks=metrics,
+        tls=tls,
+        consumer_timeout=consumer_timeout,
+    )
     logs.configure(level=log_level, json=log_json, secrets=[url_password(worker.url) or ""])
     asyncio.run(_run_worker(worker, metrics, metrics_port, metrics_bind))
     _exit_if_handlers_stuck()
@@ -230,6 +288,7 @@ def _parse_body(app: App, type_name: str, body: str) -> Any:
     "A delayed message reaches only this app's queue.",
 )
 @url_option
+@tls_options
 @friendly_errors
 def publish(
     app_spec: str,
@@ -239,6 +298,7 @@ def publish(
     correlation_id: str | None,
     delay: float | None,
     url: str | None,
+    tls: TLS | None,
 ) -> None:
     """Validate JSON as a TYPE message and publish it, waiting for the broker's confirm.
 
@@ -252,7 +312,7 @@ def publish(
         app.topology().retry_queue(delay_ms(delay))  # a bad delay fails before connecting
 
     async def go() -> str:
-        async with app.publisher(url=url) as pub:
+        async with app.publisher(url=url, tls=tls) as pub:
             return await pub.publish(
                 message, message_id=message_id, correlation_id=correlation_id, delay=delay
             )
@@ -284,8 +344,9 @@ def _topology_rows(topology: Topology) -> list[dict[str, Any]]:
 @click.option("--dry-run", is_flag=True, help="Print what would be declared; touch nothing.")
 @json_option
 @url_option
+@tls_options
 @friendly_errors
-def topology(app_spec: str, dry_run: bool, as_json: bool, url: str | None) -> None:
+def topology(app_spec: str, dry_run: bool, as_json: bool, url: str | None, tls: TLS | None) -> None:
     """Declare the app's exchange, queues and bindings, and print them.
 
     Safe to run again: declaring what exists is a no-op. If a queue exists with other
@@ -298,7 +359,7 @@ def topology(app_spec: str, dry_run: bool, as_json: bool, url: str | None) -> No
         target = app.resolved_url(url)
 
         async def go() -> None:
-            connection = await connect(target, name="rabbitq topology")
+            connection = await connect(target, name="rabbitq topology", tls=tls or app.tls)
             try:
                 await declare(await connection.channel(), plan)
             finally:
@@ -331,8 +392,11 @@ def topology(app_spec: str, dry_run: bool, as_json: bool, url: str | None) -> No
 )
 @json_option
 @url_option
+@tls_options
 @friendly_errors
-def stats(target: str, delays: tuple[float, ...], as_json: bool, url: str | None) -> None:
+def stats(
+    target: str, delays: tuple[float, ...], as_json: bool, url: str | None, tls: TLS | None
+) -> None:
     """Messages and consumers of the main, retry and dead-letter queues.
 
     With MODULE:APP every retry queue of the app is shown; with a QUEUE name, the
@@ -343,6 +407,7 @@ def stats(target: str, delays: tuple[float, ...], as_json: bool, url: str | None
         plan = app.topology()
         specs = [(q.name, q.kind) for q in plan.queues]
         broker_url = app.resolved_url(url)
+        tls = tls or app.tls
         show_missing = True
     else:
         ms = [delay_ms(d) for d in delays] if delays else RetryPolicy().delays_ms
@@ -355,7 +420,7 @@ def stats(target: str, delays: tuple[float, ...], as_json: bool, url: str | None
         show_missing = bool(delays)
 
     async def go() -> list[Any]:
-        connection = await connect(broker_url, name="rabbitq stats")
+        connection = await connect(broker_url, name="rabbitq stats", tls=tls)
         try:
             return await queue_depths(connection, specs)
         finally:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ssl
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -9,22 +10,46 @@ import aio_pika
 import aiormq
 from aio_pika.abc import AbstractRobustConnection
 
+from . import wire
 from .errors import BrokerUnavailable
-from .settings import redact_url, scrub, url_password
+from .settings import TLS, redact_url, resolve_tls, scrub, ssl_context_for, url_password
 
 RECONNECT_INTERVAL = 2.0
 START_HINT = "start one with 'rabbitmq-server -detached' or set RABBITQ_URL / --url"
+TLS_HINT = (
+    "check the CA (RABBITQ_TLS_CA / --tls-ca), and the client certificate and key if the "
+    "broker requires one (RABBITQ_TLS_CERT, RABBITQ_TLS_KEY / --tls-cert, --tls-key)"
+)
 
 
-async def connect(url: str, *, name: str, timeout: float = 10.0) -> AbstractRobustConnection:
+def _tls_failure(exc: BaseException) -> ssl.SSLError | None:
+    """The TLS error behind a failed connect, if there is one."""
+    seen: BaseException | None = exc
+    visited: set[int] = set()
+    while seen is not None and id(seen) not in visited:  # a chain can loop
+        if isinstance(seen, ssl.SSLError):
+            return seen
+        visited.add(id(seen))
+        seen = seen.__cause__ or seen.__context__
+    for arg in getattr(exc, "args", ()):
+        if isinstance(arg, ssl.SSLError):
+            return arg
+    return None
+
+
+async def connect(
+    url: str, *, name: str, timeout: float = 10.0, tls: TLS | None = None
+) -> AbstractRobustConnection:
     """Connect with automatic reconnection; raise :class:`BrokerUnavailable` if we cannot.
 
     The first connection must succeed: a worker that starts without a broker says so
     and exits rather than waiting silently. Later losses are recovered by aio-pika,
     retrying every ``RECONNECT_INTERVAL`` seconds unless the URL's
-    ``?reconnect_interval=`` says otherwise.
+    ``?reconnect_interval=`` says otherwise. ``amqps://`` URLs use ``tls`` (default:
+    the ``$RABBITQ_TLS_*`` files, else the system's CAs).
     """
-    options: dict[str, Any] = {}
+    wire.install()  # a malformed frame must not drop the connection (see rabbitq.wire)
+    options: dict[str, Any] = {"ssl_context": ssl_context_for(url, resolve_tls(tls))}
     if "reconnect_interval" not in urlsplit(url).query:
         options["reconnect_interval"] = RECONNECT_INTERVAL
     try:
@@ -36,8 +61,17 @@ async def connect(url: str, *, name: str, timeout: float = 10.0) -> AbstractRobu
             f"RabbitMQ at {redact_url(url)} refused the login: check the user and password"
         ) from exc
     except (TimeoutError, OSError, aiormq.exceptions.AMQPError, ValueError) as exc:
+        if (failure := _tls_failure(exc)) is not None:
+            if isinstance(failure, ssl.SSLCertVerificationError):
+                reason = f"certificate verify failed: {failure.verify_message}"
+            else:
+                reason = failure.reason or str(failure)
+            raise BrokerUnavailable(
+                f"TLS handshake with {redact_url(url)} failed ({reason}): {TLS_HINT}"
+            ) from exc
         detail = scrub(str(exc) or type(exc).__name__, url_password(url))
+        hint = TLS_HINT if urlsplit(url).scheme.lower() == "amqps" else START_HINT
         raise BrokerUnavailable(
-            f"cannot reach RabbitMQ at {redact_url(url)} ({detail}); {START_HINT}"
+            f"cannot reach RabbitMQ at {redact_url(url)} ({detail}); {hint}"
         ) from exc
     return connection

@@ -25,14 +25,16 @@ from aio_pika.abc import (
 )
 
 from . import headers as h
+from . import limits
 from .app import App
+from .breaker import BreakerGuard
 from .connection import connect
 from .dispatch import UNKNOWN, Outcome, message_id_of, process, resolve_type
 from .errors import ConfigurationError, PublishError
 from .hooks import Hooks, combine
 from .publisher import confirmed
 from .retry import DeadLetter, Retry
-from .settings import redact_url
+from .settings import TLS, Settings, redact_url
 from .topology import Topology, declare
 
 log = logging.getLogger("rabbitq.worker")
@@ -87,11 +89,18 @@ class Worker:
         grace_period: float = DEFAULT_GRACE_PERIOD,
         hooks: Hooks | list[Hooks] | None = None,
         sync_workers: int | None = None,
+        tls: TLS | None = None,
+        consumer_timeout: float | None = None,
     ) -> None:
         if not app.handlers:
             raise ConfigurationError(f"{app!r} has no handlers: register one with @app.handler")
         self.app = app
         self.url = app.resolved_url(url)
+        self.tls = tls or app.tls
+        # the broker's delivery-ack timeout, if known (see rabbitq.limits)
+        self.consumer_timeout = (
+            Settings.from_env().consumer_timeout if consumer_timeout is None else consumer_timeout
+        )
         self.prefetch = prefetch or app.prefetch
         self.grace_period = grace_period
         self.hooks = combine(hooks)
@@ -111,17 +120,33 @@ class Worker:
         self._stop = asyncio.Event()
         self._stopping = False
         self.ready = asyncio.Event()
+        breakers = {name: h.breaker for name, h in self._handlers.items() if h.breaker}
+        self.breakers = (
+            BreakerGuard(
+                self._queue_name,
+                breakers,
+                pause=self._cancel_consumer,
+                resume=self._consume,
+                hooks=self.hooks,
+            )
+            if breakers
+            else None
+        )
 
     # -- lifecycle ---------------------------------------------------------------
 
     async def start(self) -> None:
         """Connect, declare the topology and start consuming."""
-        self._connection = await connect(self.url, name=f"rabbitq worker {self._queue_name}")
+        self._connection = await connect(
+            self.url, name=f"rabbitq worker {self._queue_name}", tls=self.tls
+        )
         self._connection.close_callbacks.add(self._on_connection_lost)
         self._connection.reconnect_callbacks.add(self._on_reconnected)
         self.hooks.connection_changed(True)
+        limits.check_timeouts(self._handlers, self.consumer_timeout)
         try:
             self._consume_channel = await self._connection.channel(publisher_confirms=False)
+            self._consume_channel.close_callbacks.add(limits.on_channel_closed)
             await self._consume_channel.set_qos(prefetch_count=self.prefetch)
             self.hooks.prefetch_changed(self._queue_name, self.prefetch)
             copy_channel = await self._connection.channel(
@@ -130,7 +155,7 @@ class Worker:
             self._copy_exchange = copy_channel.default_exchange
             # Declared on the robust channel, so aio-pika re-declares it on reconnect.
             self._queue = await declare(self._consume_channel, self.topology)
-            self._consumer_tag = await self._queue.consume(self._on_message)
+            await self._consume()
         except BaseException:
             await self._close_connection()
             raise
@@ -182,6 +207,8 @@ class Worker:
             return
         self._stopping = True
         self.ready.clear()
+        if self.breakers is not None:
+            self.breakers.close()  # deliveries waiting for a probe's verdict go back
         await self._cancel_consumer()
         self.hooks.consuming_changed(self._queue_name, False)
         if self._tasks:
@@ -203,11 +230,16 @@ class Worker:
         if connected:  # a worker that never connected just reports the error
             log.info("worker for %r stopped", self._queue_name)
 
+    async def _consume(self) -> None:
+        if self._queue is not None and self._consumer_tag is None and not self._stopping:
+            self._consumer_tag = await self._queue.consume(self._on_message)
+
     async def _cancel_consumer(self) -> None:
         if self._queue is None or self._consumer_tag is None:
             return
+        tag, self._consumer_tag = self._consumer_tag, None
         try:
-            await self._queue.cancel(self._consumer_tag)
+            await self._queue.cancel(tag)
         except Exception as exc:  # the connection may already be gone; closing requeues all
             log.warning("could not cancel the consumer cleanly: %s", exc)
 
@@ -262,16 +294,26 @@ class Worker:
                     "redelivered message %s (it may have been handled before: at-least-once)",
                     delivery.message_id or "(no message_id)",
                 )
+            if self.breakers is not None and not await self.breakers.admit(type_name):
+                await self._nack(delivery, type_name)  # circuit open: back, no attempt used
+                return
             outcome = await process(
                 self._handlers, self._queue_name, delivery, self._executor, type_name
             )
+            if self.breakers is not None:
+                self.breakers.record(type_name, outcome.decision)
         except asyncio.CancelledError:  # shutdown after the grace period
             await self._nack(delivery, type_name)
             raise
         finally:
             self._handling.discard(task)
             self.hooks.handler_finished(self._queue_name)
-        await self._settle(delivery, outcome, type_name)
+        try:
+            await self._settle(delivery, outcome, type_name)
+        except Exception:  # a bug must not leave a delivery unsettled until the channel dies
+            log.exception("could not settle message %s; returning it", delivery.message_id or "-")
+            await asyncio.sleep(REQUEUE_BACKOFF)
+            await self._nack(delivery, type_name)
 
     async def _settle(
         self, delivery: AbstractIncomingMessage, outcome: Outcome, type_name: str

@@ -138,6 +138,11 @@ async def process(
                 h.MAX_ERROR_BYTES,
             ),
         )
+    size = len(delivery.body)
+    if handler.max_body_size is not None and size > handler.max_body_size:
+        # Checked before parsing: a huge body must not cost a parse and a model.
+        error = f"BodyTooLarge: body is {size} bytes, above max_body_size {handler.max_body_size}"
+        return Outcome(DeadLetter(INVALID), type_name, attempt, error=error)
     try:
         message = decode(delivery.body, handler.model)
     except DecodeError as exc:

@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from .wire import wire_safe
+
 ATTEMPT = "rabbitq-attempt"
 REASON = "rabbitq-reason"
 ERROR = "rabbitq-error"
@@ -70,7 +72,8 @@ def text_header(headers: Mapping[str, Any], name: str) -> str | None:
 
 
 def _carried(headers: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in headers.items() if k not in _PER_DELIVERY}
+    # Made wire-safe: a header that arrived must never make its copy unpublishable.
+    return {str(k): wire_safe(v) for k, v in headers.items() if k not in _PER_DELIVERY}
 
 
 def origin(headers: Mapping[str, Any], exchange: str, routing_key: str) -> dict[str, str]:

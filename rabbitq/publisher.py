@@ -24,6 +24,7 @@ from .connection import connect
 from .errors import PartialPublish, PublishError, PublishInterrupted, PublishNacked, Unroutable
 from .hooks import Hooks, combine
 from .message import Message
+from .settings import TLS
 from .topology import delay_ms
 
 if TYPE_CHECKING:
@@ -95,9 +96,11 @@ class Publisher:
         url: str,
         connection: AbstractRobustConnection | None = None,
         hooks: Hooks | list[Hooks] | None = None,
+        tls: TLS | None = None,
     ) -> None:
         self._app = app
         self._url = url
+        self._tls = tls
         self._connection = connection
         self._owns_connection = connection is None
         self._hooks = combine(hooks)
@@ -119,7 +122,9 @@ class Publisher:
     async def open(self) -> None:
         """Connect (unless given a connection) and declare the app's exchange."""
         if self._connection is None:
-            self._connection = await connect(self._url, name=f"rabbitq publisher {self._app.queue}")
+            self._connection = await connect(
+                self._url, name=f"rabbitq publisher {self._app.queue}", tls=self._tls
+            )
         self._channel = await self._connection.channel(
             publisher_confirms=True, on_return_raises=True
         )

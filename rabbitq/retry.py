@@ -79,8 +79,8 @@ def parse_attempt(value: Any) -> int:
     """
     if isinstance(value, bool):
         return 1
-    if isinstance(value, bytes):
-        value = value.decode("ascii", "replace")
+    if isinstance(value, bytes | bytearray):
+        value = bytes(value).decode("ascii", "replace")
     if isinstance(value, str):
         value = value.strip()
         # isdigit() alone accepts "²", which int() refuses.

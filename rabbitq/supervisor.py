@@ -51,7 +51,7 @@ from .metrics import (
     Metrics,
     sample_queues,
 )
-from .settings import url_password
+from .settings import TLS, url_password
 from .topology import declare
 
 log = logging.getLogger("rabbitq.supervisor")
@@ -98,6 +98,8 @@ class WorkerSpec:
     grace_period: float = 30.0
     log_level: str = "INFO"
     log_json: bool = False
+    tls: TLS | None = None
+    consumer_timeout: float | None = None
     sample_interval: float = DEFAULT_SAMPLE_INTERVAL
 
 
@@ -144,7 +146,7 @@ class Supervisor:
         status (0 when every worker drained cleanly)."""
         app = load_app(self.spec.app_spec)
         url = app.resolved_url(self.spec.url)
-        asyncio.run(_declare(app.topology(), url))
+        asyncio.run(_declare(app.topology(), url, self.spec.tls or app.tls))
         previous = {
             sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT)
         }
@@ -336,8 +338,8 @@ def _environ(name: str, value: str) -> Iterator[None]:
             os.environ[name] = old
 
 
-async def _declare(topology: Any, url: str) -> None:
-    connection = await connect(url, name="rabbitq supervisor")
+async def _declare(topology: Any, url: str, tls: TLS | None) -> None:
+    connection = await connect(url, name="rabbitq supervisor", tls=tls)
     try:
         await declare(await connection.channel(), topology)
     finally:
@@ -370,7 +372,13 @@ def _worker_main(
     metrics = Metrics()
     metrics.expect(app)
     worker = Worker(
-        app, url=spec.url, prefetch=spec.prefetch, grace_period=spec.grace_period, hooks=metrics
+        app,
+        url=spec.url,
+        prefetch=spec.prefetch,
+        grace_period=spec.grace_period,
+        hooks=metrics,
+        tls=spec.tls,
+        consumer_timeout=spec.consumer_timeout,
     )
     logs.configure(
         level=spec.log_level, json=spec.log_json, secrets=[url_password(worker.url) or ""]

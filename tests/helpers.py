@@ -120,7 +120,13 @@ async def declare_topology(conn: AbstractRobustConnection, app: App) -> None:
 
 
 async def publish_bare(
-    url: str, exchange: str, routing_key: str, body: bytes, **properties: Any
+    url: str,
+    exchange: str,
+    routing_key: str,
+    body: bytes,
+    *,
+    _patch: Callable[[bytes], bytes] | None = None,
+    **properties: Any,
 ) -> None:
     """Publish one message as a producer in another language might: a minimal AMQP 0-9-1
     client over a raw socket, with exactly the given ``properties`` and nothing else.
@@ -128,6 +134,8 @@ async def publish_bare(
     aio-pika (aiormq) always fills in a ``message_id``; this does not, so tests can send
     what other producers send. Waits for the publisher confirm; fails if unroutable.
     The body goes in one frame, so keep it under the broker's ``frame_max`` (128 KiB).
+    ``_patch`` rewrites the marshalled content header frame, to send bytes that no
+    well-behaved encoder would produce (poison-input tests).
     """
     from urllib.parse import unquote, urlsplit
 
@@ -157,7 +165,10 @@ async def publish_bare(
             if isinstance(value, Heartbeat):
                 continue
             if not isinstance(value, kind):
-                raise AssertionError(f"expected {kind.__name__}, the broker sent {value!r}")
+                raise AssertionError(
+                    f"expected {kind.__name__}, the broker sent {value!r}"
+                    + getattr(value, "reply_text", "")
+                )
             return value
 
     def send(channel: int, *values: Any) -> None:
@@ -177,12 +188,16 @@ async def publish_bare(
         await expect(commands.Channel.OpenOk)
         send(1, commands.Confirm.Select())
         await expect(commands.Confirm.SelectOk)
-        send(
-            1,
-            commands.Basic.Publish(exchange=exchange, routing_key=routing_key, mandatory=True),
-            header.ContentHeader(0, len(body), commands.Basic.Properties(**properties)),
-            ContentBody(body),
+        content = frame.marshal(
+            header.ContentHeader(0, len(body), commands.Basic.Properties(**properties)), 1
         )
+        if _patch is not None:
+            patched = _patch(content[7:-1])  # the payload, between frame header and end
+            content = content[:3] + len(patched).to_bytes(4, "big") + patched + content[-1:]
+        send(1, commands.Basic.Publish(exchange=exchange, routing_key=routing_key, mandatory=True))
+        writer.write(content)
+        if body:  # an empty body has no body frame (AMQP 0-9-1, 4.2.6.2)
+            send(1, ContentBody(body))
         await expect(commands.Basic.Ack)  # a Basic.Return (unroutable) fails here
         send(0, commands.Connection.Close(reply_code=200, reply_text="", class_id=0, method_id=0))
         await expect(commands.Connection.CloseOk)

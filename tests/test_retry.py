@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import decimal
 
 import pytest
 
@@ -121,6 +122,9 @@ def test_the_dead_letter_reasons_are_the_documented_ones():
         ("abc", 1),
         ("", 1),
         (b"\xff\xfe", 1),
+        (bytearray(b"3"), 3),
+        (-(2**63), 1),
+        (decimal.Decimal("3"), 1),
         (1.5, 1),
         (2.0, 1),
         (float("nan"), 1),

@@ -101,3 +101,59 @@ def test_a_url_with_a_bad_port_is_still_redacted(url):
 def test_url_password_finds_the_password_to_scrub():
     assert url_password("amqp://app:s3cret@rabbit/") == "s3cret"
     assert url_password("amqp://rabbit/") is None
+
+
+# -- TLS files and the broker's consumer_timeout ---------------------------------------
+
+
+def test_tls_files_and_the_consumer_timeout_are_read_from_the_environment():
+    from rabbitq.settings import TLS, Settings
+
+    settings = Settings.from_env(
+        {
+            "RABBITQ_TLS_CA": "/etc/ca.pem",
+            "RABBITQ_TLS_CERT": "/etc/client.pem",
+            "RABBITQ_TLS_KEY": "/etc/client.key",
+            "RABBITQ_CONSUMER_TIMEOUT": "3600",
+        }
+    )
+    assert settings.tls == TLS(ca="/etc/ca.pem", cert="/etc/client.pem", key="/etc/client.key")
+    assert settings.consumer_timeout == 3600
+    assert Settings.from_env({}).tls == TLS() and Settings.from_env({}).consumer_timeout is None
+
+
+@pytest.mark.parametrize("value", ["soon", "-1", "30m"])
+def test_a_consumer_timeout_that_is_not_seconds_is_a_configuration_error(value):
+    from rabbitq import ConfigurationError
+    from rabbitq.settings import Settings
+
+    with pytest.raises(ConfigurationError, match="RABBITQ_CONSUMER_TIMEOUT must be seconds"):
+        Settings.from_env({"RABBITQ_CONSUMER_TIMEOUT": value})
+
+
+def test_an_amqps_url_gets_an_ssl_context_that_checks_the_host_and_a_plain_one_none():
+    import ssl
+
+    from rabbitq.settings import TLS, ssl_context_for
+
+    context = ssl_context_for("amqps://u:p@broker:5671/", TLS())
+    assert context is not None
+    assert context.check_hostname and context.verify_mode == ssl.CERT_REQUIRED
+    assert ssl_context_for("amqp://u:p@broker:5672/", TLS()) is None
+
+
+def test_tls_files_with_an_amqp_url_are_an_error_that_hides_the_password():
+    from rabbitq import ConfigurationError
+    from rabbitq.settings import TLS, ssl_context_for
+
+    with pytest.raises(ConfigurationError) as caught:
+        ssl_context_for("amqp://u:hunter2secret@broker/", TLS(ca="/etc/ca.pem"))
+    assert "not amqps://" in str(caught.value) and "hunter2secret" not in str(caught.value)
+
+
+def test_a_tls_key_without_its_certificate_is_an_error():
+    from rabbitq import ConfigurationError
+    from rabbitq.settings import TLS
+
+    with pytest.raises(ConfigurationError, match="key was given without its certificate"):
+        TLS(key="/etc/client.key").context()
