@@ -8,6 +8,7 @@ from importlib.metadata import PackageNotFoundError, version
 
 from .app import App, Context, Handler, load_app
 from .consumer import Worker
+from .endpoints import serve_metrics
 from .errors import (
     AppLoadError,
     BrokerUnavailable,
@@ -24,6 +25,7 @@ from .errors import (
 )
 from .hooks import Hooks
 from .message import Message
+from .metrics import Metrics
 from .publisher import Publisher
 from .retry import RetryPolicy
 
@@ -42,6 +44,7 @@ __all__ = [
     "Handler",
     "Hooks",
     "Message",
+    "Metrics",
     "PartialPublish",
     "PermanentError",
     "PublishError",
@@ -55,4 +58,5 @@ __all__ = [
     "Worker",
     "__version__",
     "load_app",
+    "serve_metrics",
 ]

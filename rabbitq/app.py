@@ -23,6 +23,7 @@ from .settings import resolve_url
 from .topology import DEFAULT_DELIVERY_LIMIT, QueueType, Topology, plan
 
 if TYPE_CHECKING:
+    from .hooks import Hooks
     from .publisher import Publisher
 
 M = TypeVar("M", bound=Message)
@@ -187,18 +188,25 @@ class App:
         """The URL to connect to: ``override``, else the app's, else ``$RABBITQ_URL``."""
         return resolve_url(override or self.url)
 
-    def publisher(self, *, url: str | None = None, retry_for: float | None = None) -> Publisher:
+    def publisher(
+        self,
+        *,
+        url: str | None = None,
+        hooks: Hooks | list[Hooks] | None = None,
+        retry_for: float | None = None,
+    ) -> Publisher:
         """An async context manager that publishes with confirms::
 
         async with app.publisher() as pub:
             await pub.publish(SendEmail(...))
 
+        ``hooks`` observe each publish (a :class:`~rabbitq.Metrics` counts them).
         ``retry_for=S`` keeps retrying for up to S seconds while the broker is
         unreachable (see :class:`~rabbitq.Publisher`); by default a publish fails at once.
         """
         from .publisher import Publisher
 
-        return Publisher(self, url=self.resolved_url(url), retry_for=retry_for)
+        return Publisher(self, url=self.resolved_url(url), hooks=hooks, retry_for=retry_for)
 
 
 def load_app(spec: str) -> App:

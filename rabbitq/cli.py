@@ -28,8 +28,10 @@ from .app import App, load_app
 from .codec import describe
 from .connection import connect
 from .consumer import DEFAULT_GRACE_PERIOD, HANDLER_THREAD_PREFIX, Worker
+from .endpoints import DEFAULT_BIND, serve_metrics
 from .errors import ConfigurationError, RabbitqError
 from .message import lookup
+from .metrics import Metrics
 from .retry import RetryPolicy
 from .settings import URL_ENV, redact_url, resolve_url, scrub, url_password
 from .topology import Topology, declare, delay_ms, dlq_name, queue_depths, retry_queue_name
@@ -87,6 +89,25 @@ def main() -> None:
     show_default=True,
     help="Seconds that in-flight handlers get to finish on SIGTERM/SIGINT.",
 )
+@click.option(
+    "--processes",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Worker processes, each with its own connection and PREFETCH handlers; "
+    "a supervisor restarts any that dies.",
+)
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(0, 65535),
+    help="Serve /metrics, /healthz and /readyz on this port [default: off].",
+)
+@click.option(
+    "--metrics-bind",
+    default=DEFAULT_BIND,
+    show_default=True,
+    help="Address for --metrics-port (127.0.0.1 keeps it local).",
+)
 @click.option("--log-json", is_flag=True, help="Log one JSON object per line.")
 @click.option(
     "--log-level",
@@ -100,6 +121,9 @@ def worker(
     app_spec: str,
     prefetch: int | None,
     grace_period: float,
+    processes: int,
+    metrics_port: int | None,
+    metrics_bind: str,
     log_json: bool,
     log_level: str,
     url: str | None,
@@ -107,13 +131,42 @@ def worker(
     """Consume the app's queue until SIGTERM/SIGINT.
 
     Declares the topology, runs handlers with at most PREFETCH in flight, sends failures
-    to the retry queues and the DLQ, and on a signal drains and exits 0.
+    to the retry queues and the DLQ, and on a signal drains and exits 0. With
+    --metrics-port, Prometheus metrics, liveness and readiness are served over HTTP
+    (summed over all processes with --processes).
     """
     app = load_app(app_spec)
-    worker = Worker(app, url=url, prefetch=prefetch, grace_period=grace_period)
+    if processes > 1:
+        from .supervisor import Supervisor, WorkerSpec
+
+        logs.configure(
+            level=log_level, json=log_json, secrets=[url_password(app.resolved_url(url)) or ""]
+        )
+        spec = WorkerSpec(
+            app_spec=app_spec,
+            url=url,
+            prefetch=prefetch,
+            grace_period=grace_period,
+            log_level=log_level,
+            log_json=log_json,
+        )
+        supervisor = Supervisor(
+            spec, processes=processes, metrics_port=metrics_port, metrics_bind=metrics_bind
+        )
+        sys.exit(supervisor.run())
+    metrics = Metrics() if metrics_port is not None else None
+    worker = Worker(app, url=url, prefetch=prefetch, grace_period=grace_period, hooks=metrics)
     logs.configure(level=log_level, json=log_json, secrets=[url_password(worker.url) or ""])
-    asyncio.run(worker.run(install_signal_handlers=True))
+    asyncio.run(_run_worker(worker, metrics, metrics_port, metrics_bind))
     _exit_if_handlers_stuck()
+
+
+async def _run_worker(worker: Worker, metrics: Metrics | None, port: int | None, bind: str) -> None:
+    if metrics is None or port is None:
+        await worker.run(install_signal_handlers=True)
+        return
+    async with serve_metrics(worker, metrics, port=port, bind=bind):
+        await worker.run(install_signal_handlers=True)
 
 
 def _exit_if_handlers_stuck(wait: float = 0.25) -> None:

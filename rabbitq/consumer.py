@@ -123,6 +123,7 @@ class Worker:
         try:
             self._consume_channel = await self._connection.channel(publisher_confirms=False)
             await self._consume_channel.set_qos(prefetch_count=self.prefetch)
+            self.hooks.prefetch_changed(self._queue_name, self.prefetch)
             copy_channel = await self._connection.channel(
                 publisher_confirms=True, on_return_raises=True
             )
@@ -133,7 +134,7 @@ class Worker:
         except BaseException:
             await self._close_connection()
             raise
-        self.hooks.consuming_changed(True)
+        self.hooks.consuming_changed(self._queue_name, True)
         self.ready.set()
         log.info(
             "consuming %r on %s (prefetch %d, types: %s)",
@@ -142,6 +143,11 @@ class Worker:
             self.prefetch,
             ", ".join(sorted(self._handlers)),
         )
+
+    @property
+    def connection(self) -> AbstractRobustConnection | None:
+        """The broker connection while the worker runs (for sampling queue depths)."""
+        return self._connection
 
     def stop(self) -> None:
         """Ask :meth:`run` to drain and return. Safe to call from a signal handler."""
@@ -177,7 +183,7 @@ class Worker:
         self._stopping = True
         self.ready.clear()
         await self._cancel_consumer()
-        self.hooks.consuming_changed(False)
+        self.hooks.consuming_changed(self._queue_name, False)
         if self._tasks:
             log.info(
                 "waiting up to %gs for %d in-flight handler(s)", self.grace_period, len(self._tasks)

@@ -40,8 +40,14 @@ class Hooks:
     def connection_changed(self, up: bool) -> None:
         """The broker connection was established (True) or lost (False)."""
 
-    def consuming_changed(self, consuming: bool) -> None:
-        """The worker started or stopped consuming its queue."""
+    def consuming_changed(self, queue: str, consuming: bool) -> None:
+        """The worker started or stopped consuming ``queue``."""
+
+    def prefetch_changed(self, queue: str, prefetch: int) -> None:
+        """The worker set its prefetch (handlers in flight at most) for ``queue``."""
+
+    def breaker_changed(self, queue: str, state: str) -> None:
+        """The circuit breaker of ``queue`` is now ``closed``, ``open`` or ``half-open``."""
 
     def published(self, exchange: str, type_name: str) -> None:
         """A publish was confirmed."""

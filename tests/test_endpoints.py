@@ -1,0 +1,103 @@
+"""The HTTP endpoints, served on loopback from given probes (no broker needed)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from prometheus_client import CollectorRegistry, Counter
+
+from rabbitq import App, Message, Metrics, Worker, serve_metrics
+from rabbitq.endpoints import EndpointServer, Heartbeat
+from rabbitq.errors import ConfigurationError
+from rabbitq.supervisor import restart_delay, state_code, state_reason
+
+from .scrape import http_get, parse
+
+
+class Ping(Message, type="test.endpoints.ping"):
+    n: int
+
+
+def serve(live=lambda: None, ready=lambda: None) -> tuple[EndpointServer, str, CollectorRegistry]:
+    registry = CollectorRegistry()
+    Counter("rabbitq_test_total", "a test counter", registry=registry).inc(3)
+    server = EndpointServer(registry, live=live, ready=ready, port=0, bind="127.0.0.1")
+    server.start()
+    return server, f"http://127.0.0.1:{server.port}", registry
+
+
+def test_metrics_healthz_and_readyz_answer_from_the_registry_and_probes():
+    reasons = {"live": None, "ready": "not connected to RabbitMQ"}
+    server, base, _ = serve(lambda: reasons["live"], lambda: reasons["ready"])
+    try:
+        status, body = http_get(f"{base}/metrics")
+        assert status == 200
+        assert parse(body)[("rabbitq_test_total", ())] == 3
+        assert http_get(f"{base}/healthz") == (200, "ok\n")
+        assert http_get(f"{base}/readyz") == (503, "not connected to RabbitMQ\n")
+        reasons["ready"] = None
+        assert http_get(f"{base}/readyz") == (200, "ready\n")
+        reasons["live"] = "event loop unresponsive for 12.0s"
+        assert http_get(f"{base}/healthz") == (503, "event loop unresponsive for 12.0s\n")
+        assert http_get(f"{base}/nope")[0] == 404
+        assert server.url == f"http://127.0.0.1:{server.port}/metrics"
+    finally:
+        server.close()
+
+
+def test_a_probe_that_raises_is_a_503_naming_the_error_not_a_crash():
+    def broken() -> str | None:
+        raise KeyError("x")
+
+    server, base, _ = serve(ready=broken)
+    try:
+        assert http_get(f"{base}/readyz") == (503, "probe failed: KeyError\n")
+        assert http_get(f"{base}/healthz")[0] == 200  # the server goes on
+    finally:
+        server.close()
+
+
+def test_a_port_in_use_is_a_one_line_configuration_error():
+    server, _, registry = serve()
+    try:
+        other = EndpointServer(
+            registry, live=lambda: None, ready=lambda: None, port=server.port, bind="127.0.0.1"
+        )
+        with pytest.raises(
+            ConfigurationError, match=f"cannot serve metrics on 127.0.0.1:{server.port}"
+        ):
+            other.start()
+    finally:
+        server.close()
+
+
+def test_the_heartbeat_goes_stale_when_the_loop_stops_beating():
+    beat = Heartbeat(stall_after=0.05)
+    assert beat.stalled() is None
+    beat.last = time.monotonic() - 1
+    assert (beat.stalled() or "").startswith("event loop unresponsive for 1.")
+
+
+async def test_serve_metrics_needs_the_worker_to_report_to_the_same_metrics():
+    app = App(queue="unused")
+
+    @app.handler(Ping)
+    async def ping(msg: Ping) -> None: ...
+
+    worker = Worker(app, hooks=Metrics())
+    with pytest.raises(ConfigurationError, match="hooks=metrics"):
+        async with serve_metrics(worker, Metrics(), port=0):
+            pass
+
+
+def test_worker_states_survive_the_trip_through_shared_memory():
+    from rabbitq.metrics import NOT_CONNECTED, NOT_CONSUMING, STARTING
+
+    for reason in (None, STARTING, NOT_CONNECTED, NOT_CONSUMING):
+        assert state_reason(state_code(reason)) == reason
+    assert state_reason(state_code("something new")) == "not ready"
+
+
+def test_restarts_back_off_from_one_second_to_thirty():
+    assert [restart_delay(n) for n in (1, 2, 3, 4, 5, 6, 7)] == [1, 2, 4, 8, 16, 30, 30]
