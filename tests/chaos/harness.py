@@ -21,6 +21,7 @@ import sys
 import time
 import uuid
 from collections import Counter
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -116,7 +117,14 @@ class DeadLetterCollector:
 class ChaosRun:
     """One scenario's queues (unique names on the given broker), ledger, DLQ and tally."""
 
-    def __init__(self, url: str, workdir: Path, config: Config) -> None:
+    def __init__(
+        self,
+        url: str,
+        workdir: Path,
+        config: Config,
+        *,
+        gate: Callable[[], Awaitable[Any]] | None = None,
+    ) -> None:
         tag = uuid.uuid4().hex[:8]
         workdir.mkdir(parents=True, exist_ok=True)
         self.url = url
@@ -129,7 +137,7 @@ class ChaosRun:
         )
         self.tag = tag
         self.ledger = Ledger(self.config.ledger)
-        self.app: App = build_app(self.config, url=url)
+        self.app: App = build_app(self.config, url=url, gate=gate)
         self.published: set[str] = set()
         self.unconfirmed: set[str] = set()
         self.dead_letters = DeadLetterCollector()
@@ -226,11 +234,16 @@ class ChaosRun:
         return True
 
     async def finish(self, timeout: float = 120) -> Tally:
-        """Settle, stop the workers (SIGTERM), and tally. Messages still in the main or
-        retry queues afterwards are redeliveries of accounted ones: duplicates."""
+        """Settle, stop the worker processes (SIGTERM), and tally."""
         await self.settle(timeout)
         for worker in self.live_workers():
             worker.terminate()
+        return await self.tally()
+
+    async def tally(self) -> Tally:
+        """Count, once the workers have stopped. Messages still in the main or retry
+        queues are redeliveries of accounted ones (duplicates) or, if the scenario did
+        not settle, ``pending``."""
         await asyncio.sleep(0.5)  # the collector's last deliveries
         handled = self.ledger.handled()
         accounted = set(handled) | set(self.dead_letters.dead)

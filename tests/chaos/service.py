@@ -19,6 +19,7 @@ import random
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, fields
+from typing import Any
 
 from rabbitq import App, Context, Message, PermanentError, RetryPolicy
 
@@ -66,7 +67,7 @@ class Config:
 
 
 def build_app(
-    config: Config, *, url: str | None = None, gate: Callable[[], Awaitable[None]] | None = None
+    config: Config, *, url: str | None = None, gate: Callable[[], Awaitable[Any]] | None = None
 ) -> App:
     """The chaos service's App; ``gate`` is awaited by every handler before it decides."""
     app = App(
