@@ -1,12 +1,12 @@
 """Running a chaos scenario: worker processes, publishing, the DLQ, and the final tally.
 
-    async with ChaosRun(node.url, tmp, Config(fail_rate=0.2, ...)) as run:
-        worker = run.spawn()                 # rabbitq worker tests.chaos.service:app
-        await run.publish(1000)
-        worker.kill()                        # kill -9
-        ...
-        tally = await run.finish()           # waits until every message is accounted
-    tally.assert_nothing_lost()
+async with ChaosRun(node.url, tmp, Config(fail_rate=0.2, ...)) as run:
+    worker = run.spawn()                 # rabbitq worker tests.chaos.service:app
+    await run.publish(1000)
+    worker.kill()                        # kill -9
+    ...
+    tally = await run.finish()           # waits until every message is accounted
+tally.assert_nothing_lost()
 """
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 import uuid
 from collections import Counter
 from collections.abc import Awaitable, Callable
@@ -53,14 +55,28 @@ def dlq_reason(headers: dict[str, Any]) -> str:
 class WorkerProcess:
     """``rabbitq worker tests.chaos.service:app`` in a subprocess, logging to a file."""
 
-    def __init__(self, config: Config, url: str, log: Path, grace_period: float = 10.0) -> None:
+    def __init__(
+        self,
+        config: Config,
+        url: str,
+        log: Path,
+        grace_period: float = 10.0,
+        metrics_port: int | None = None,
+    ) -> None:
         env = {**os.environ, **config.env(), "PYTHONUNBUFFERED": "1"}
         env.pop("RABBITQ_URL", None)
         self.log = log
+        self.metrics_port = metrics_port
+        metrics = (
+            []
+            if metrics_port is None
+            else ["--metrics-port", str(metrics_port), "--metrics-bind", "127.0.0.1"]
+        )
         with log.open("ab") as out:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "rabbitq", "worker", "tests.chaos.service:app",
-                 "--url", url, "--grace-period", str(grace_period), "--log-level", "WARNING"],
+                 "--url", url, "--grace-period", str(grace_period), "--log-level", "WARNING",
+                 *metrics],
                 cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
             )  # fmt: skip
         self.started = time.time()
@@ -84,6 +100,18 @@ class WorkerProcess:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
         return self.proc.wait(timeout=timeout)
+
+    def readyz(self) -> int | None:
+        """The status of ``GET /readyz`` (None: no answer). Blocking; call in a thread."""
+        assert self.metrics_port is not None
+        url = f"http://127.0.0.1:{self.metrics_port}/readyz"
+        try:
+            with urllib.request.urlopen(url, timeout=1) as response:
+                return int(response.status)
+        except urllib.error.HTTPError as exc:
+            return exc.code
+        except OSError:
+            return None
 
     def wait(self, timeout: float) -> int | None:
         try:
@@ -170,10 +198,12 @@ class ChaosRun:
         assert self._connection is not None
         return self._connection
 
-    def spawn(self, url: str | None = None, grace_period: float = 10.0) -> WorkerProcess:
+    def spawn(
+        self, url: str | None = None, grace_period: float = 10.0, metrics_port: int | None = None
+    ) -> WorkerProcess:
         """Start one more worker process."""
         worker = WorkerProcess(
-            self.config, url or self.url, self.workdir / "worker.log", grace_period
+            self.config, url or self.url, self.workdir / "worker.log", grace_period, metrics_port
         )
         self.workers.append(worker)
         return worker

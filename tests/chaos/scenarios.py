@@ -7,6 +7,7 @@ bounded in messages and seconds, and returns a :class:`Result` with its tally.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import time
 from dataclasses import dataclass, field, replace
@@ -14,8 +15,9 @@ from pathlib import Path
 
 from rabbitq import Hooks, Worker
 
+from ..broker_node import BrokerNode, free_port
 from ..helpers import Recorder, queue_depth, running, wait_for
-from .harness import ChaosRun
+from .harness import ChaosRun, WorkerProcess, dlq_reason
 from .ledger import Tally
 from .proxy import FaultyProxy
 from .service import Config
@@ -221,13 +223,181 @@ async def stall_connection(
     )
 
 
+class ReadinessLog:
+    """Polls a worker process's ``/readyz`` every 0.1 s in a thread: (unix time, status)."""
+
+    def __init__(self, worker: WorkerProcess) -> None:
+        self.worker = worker
+        self.seen: list[tuple[float, int | None]] = []
+        self._task: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> ReadinessLog:
+        self._task = asyncio.create_task(self._poll())
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        assert self._task is not None
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+
+    async def _poll(self) -> None:
+        while True:
+            status = await asyncio.to_thread(self.worker.readyz)
+            self.seen.append((time.time(), status))
+            await asyncio.sleep(0.1)
+
+    def statuses_between(self, start: float, end: float) -> set[int | None]:
+        return {status for t, status in self.seen if start <= t <= end}
+
+    async def ready_after(self, moment: float, limit: float = 60) -> float:
+        """Seconds from ``moment`` until ``/readyz`` answered 200."""
+        deadline = time.monotonic() + limit
+        while time.monotonic() < deadline:
+            ok = [t for t, status in self.seen if t > moment and status == 200]
+            if ok:
+                return ok[0] - moment
+            await asyncio.sleep(0.05)
+        return float("nan")
+
+
+async def restart_broker(
+    node: BrokerNode,
+    workdir: Path,
+    *,
+    messages: int = 1500,
+    down_for: float = 3.0,
+    queue_type: str = "classic",
+) -> Result:
+    """``rabbitmqctl stop_app``, ``down_for`` seconds, ``start_app``, while a worker
+    process consumes and a publisher (``retry_for=30``) keeps publishing. The worker must
+    recover by itself; its ``/readyz`` must say 503 while the broker is down, 200 after."""
+    started = time.monotonic()
+    config = replace(FLAKY, queue_type=queue_type, handle_seconds=0.02, prefetch=16)
+    async with ChaosRun(node.url, workdir, config) as run:
+        worker = run.spawn(metrics_port=free_port())
+        async with ReadinessLog(worker) as readiness:
+            await readiness.ready_after(0)
+            publishing = asyncio.create_task(
+                run.publish(messages, retry_for=30, concurrency=16, rate=messages / 5)
+            )
+            await asyncio.sleep(1.5)
+            await asyncio.to_thread(node.ctl, "stop_app")
+            down = time.time()
+            await asyncio.sleep(down_for)
+            starting = time.time()
+            await asyncio.to_thread(node.ctl, "start_app")
+            await asyncio.to_thread(node.await_startup)
+            up = time.time()
+            ready = await readiness.ready_after(up)
+            resumed = await _resumed(run, up)
+            await publishing
+            tally = await run.finish()
+            during = readiness.statuses_between(down, starting)
+    return Result(
+        "broker restarted (stop_app, start_app) under load",
+        queue_type,
+        messages,
+        f"broker down {starting - down:.1f} s (+{up - starting:.1f} s starting)",
+        tally,
+        [resumed],
+        time.monotonic() - started,
+        [f"/readyz while down: {sorted(map(str, during))}; 200 again {ready:.1f} s after start_app",
+         f"publishes that waited through the outage and were confirmed: {len(tally.published)}"
+         f" of {messages}"],
+    )  # fmt: skip
+
+
+async def sigterm_workers(
+    url: str, workdir: Path, *, messages: int = 1000, terms: int = 3, queue_type: str = "classic"
+) -> Result:
+    """SIGTERM a worker every 0.5-1 s while nearly half its attempts fail, so that retry
+    copies and dead letters are being written at that moment; restart it each time."""
+    started = time.monotonic()
+    config = replace(FLAKY, queue_type=queue_type, fail_rate=0.35, permanent_rate=0.1,
+                     handle_seconds=0.05, prefetch=16)  # fmt: skip
+    codes: list[int] = []
+    recover: list[float] = []
+    async with ChaosRun(url, workdir, config) as run:
+        worker = run.spawn()
+        await run.publish(messages)
+        for _ in range(terms):
+            await asyncio.sleep(random.uniform(0.5, 1.0))
+            if run.progress() > 0.9:
+                break
+            moment = time.time()
+            codes.append(await asyncio.to_thread(worker.terminate))
+            worker = run.spawn()
+            recover.append(await _resumed(run, moment, worker.pid))
+        tally = await run.finish()
+    return Result(
+        "worker stopped with SIGTERM while writing retries and dead letters",
+        queue_type,
+        messages,
+        f"{len(codes)} x SIGTERM, restarted",
+        tally,
+        recover,
+        time.monotonic() - started,
+        [f"exit statuses: {codes}"],
+    )
+
+
+async def crash_loop(
+    url: str,
+    workdir: Path,
+    *,
+    queue_type: str = "quorum",
+    delivery_limit: int = 3,
+    max_crashes: int = 8,
+    others: int = 30,
+) -> Result:
+    """A message whose handler kills the process (``os._exit(1)``) every time, among
+    ``others`` good ones; the worker is restarted after each crash, up to
+    ``max_crashes`` times. On quorum queues the broker must dead-letter it after
+    ``delivery_limit`` redeliveries; on classic queues nothing stops the loop."""
+    started = time.monotonic()
+    config = Config(queue_type=queue_type, delivery_limit=delivery_limit, prefetch=4,
+                    handle_seconds=0.05)  # fmt: skip
+    crashes = 0
+    async with ChaosRun(url, workdir, config) as run:
+        await run.publish(1, crash=True)
+        poison = next(iter(run.published))
+        await run.publish(others, concurrency=1)
+        while crashes < max_crashes and not run.accounted():
+            worker = run.spawn()
+            while worker.alive() and not run.accounted():
+                await asyncio.sleep(0.05)
+            if not worker.alive():
+                crashes += 1
+        # On a classic queue the loop only ends because we stop restarting the worker.
+        tally = await run.finish(timeout=30 if run.accounted() else 0)
+        reason = (
+            dlq_reason(run.dead_letters.headers.get(poison, {})) if poison in tally.dead else None
+        )
+    collateral = {mid for mid in tally.dead if mid != poison}
+    return Result(
+        f"a message that kills the worker every time (delivery limit {delivery_limit})"
+        if queue_type == "quorum" else "a message that kills the worker every time",
+        queue_type,
+        1 + others,
+        f"{crashes} x os._exit(1) in the handler, worker restarted",
+        tally,
+        [],
+        time.monotonic() - started,
+        [f"poison message: {'DLQ, ' + str(reason) if reason else 'still in the queue'}",
+         f"other messages dead-lettered with it (in flight at its crashes): {len(collateral)}"],
+    )  # fmt: skip
+
+
 def _port(url: str) -> int:
     from urllib.parse import urlsplit
 
     return urlsplit(url).port or 5672
 
 
-async def _resumed(run: ChaosRun, moment: float, pid: int | None = None, limit: float = 60) -> float:
+async def _resumed(
+    run: ChaosRun, moment: float, pid: int | None = None, limit: float = 60
+) -> float:
     """Seconds from ``moment`` until a handler (of ``pid``) began, polling the ledger."""
     deadline = time.monotonic() + limit
     while time.monotonic() < deadline:
