@@ -52,6 +52,13 @@ def dlq_reason(headers: dict[str, Any]) -> str:
     return "none"
 
 
+async def connect_admin(url: str) -> AbstractRobustConnection:
+    """The test's own connection, quick to reconnect after a broker restart."""
+    return await aio_pika.connect_robust(
+        url, reconnect_interval=0.5, client_properties={"connection_name": "chaos test"}
+    )
+
+
 class WorkerProcess:
     """``rabbitq worker tests.chaos.service:app`` in a subprocess, logging to a file."""
 
@@ -174,9 +181,7 @@ class ChaosRun:
         self._connection: AbstractRobustConnection | None = None
 
     async def __aenter__(self) -> ChaosRun:
-        self._connection = await aio_pika.connect_robust(
-            self.url, reconnect_interval=0.5, client_properties={"connection_name": "chaos test"}
-        )
+        self._connection = await connect_admin(self.url)
         await declare_topology(self._connection, self.app)
         channel = await self._connection.channel()
         dlq = await channel.declare_queue(self.app.topology().dlq.name, passive=True)
