@@ -69,7 +69,7 @@ FLAKY = Config(fail_rate=0.2, permanent_rate=0.02, handle_seconds=0.02, delays="
 
 
 async def kill_workers(
-    url: str, workdir: Path, *, messages: int = 1500, kills: int = 4, queue_type: str = "classic"
+    url: str, workdir: Path, *, messages: int = 1500, kills: int = 4, queue_type: str = "quorum"
 ) -> Result:
     """Two worker processes under a backlog; one of them is killed with SIGKILL every
     0.5-1 s and replaced at once."""
@@ -103,7 +103,7 @@ async def kill_workers(
 
 
 async def cut_connections(
-    url: str, workdir: Path, *, messages: int = 800, cuts: int = 3, queue_type: str = "classic"
+    url: str, workdir: Path, *, messages: int = 800, cuts: int = 3, queue_type: str = "quorum"
 ) -> Result:
     """A worker behind a TCP proxy that drops every connection 0.3-0.8 s after it
     consumes again, while handlers run and retry copies are being published."""
@@ -140,7 +140,7 @@ async def cut_connections(
 
 
 async def cut_during_retry_copies(
-    url: str, workdir: Path, *, messages: int = 50, queue_type: str = "classic"
+    url: str, workdir: Path, *, messages: int = 50, queue_type: str = "quorum"
 ) -> Result:
     """Every handler fails while the proxy stalls the connection, so each retry copy is
     published into a stalled connection and never confirmed; then the proxy cuts it.
@@ -190,7 +190,7 @@ async def stall_connection(
     *,
     messages: int = 600,
     heartbeat: int = 2,
-    queue_type: str = "classic",
+    queue_type: str = "quorum",
 ) -> Result:
     """A worker behind a proxy that stops forwarding (a half-open connection) and never
     resumes: the heartbeat must find the dead connection and the worker reconnect."""
@@ -267,7 +267,7 @@ async def restart_broker(
     *,
     messages: int = 1500,
     down_for: float = 3.0,
-    queue_type: str = "classic",
+    queue_type: str = "quorum",
 ) -> Result:
     """``rabbitmqctl stop_app``, ``down_for`` seconds, ``start_app``, while a worker
     process consumes and a publisher (``retry_for=30``) keeps publishing. The worker must
@@ -290,7 +290,7 @@ async def restart_broker(
             await asyncio.to_thread(node.await_startup)
             up = time.time()
             ready = await readiness.ready_after(up)
-            resumed = await _resumed(run, up)
+            resumed = await _resumed(run, up, stop_when_idle=False)  # more is being published
             await publishing
             tally = await run.finish()
             during = readiness.statuses_between(down, starting)
@@ -309,7 +309,7 @@ async def restart_broker(
 
 
 async def sigterm_workers(
-    url: str, workdir: Path, *, messages: int = 1000, terms: int = 3, queue_type: str = "classic"
+    url: str, workdir: Path, *, messages: int = 1000, terms: int = 3, queue_type: str = "quorum"
 ) -> Result:
     """SIGTERM a worker every 0.5-1 s while nearly half its attempts fail, so that retry
     copies and dead letters are being written at that moment; restart it each time."""
@@ -350,13 +350,14 @@ async def crash_loop(
     delivery_limit: int = 3,
     max_crashes: int = 8,
     others: int = 30,
+    prefetch: int = 4,
 ) -> Result:
     """A message whose handler kills the process (``os._exit(1)``) every time, among
     ``others`` good ones; the worker is restarted after each crash, up to
     ``max_crashes`` times. On quorum queues the broker must dead-letter it after
     ``delivery_limit`` redeliveries; on classic queues nothing stops the loop."""
     started = time.monotonic()
-    config = Config(queue_type=queue_type, delivery_limit=delivery_limit, prefetch=4,
+    config = Config(queue_type=queue_type, delivery_limit=delivery_limit, prefetch=prefetch,
                     handle_seconds=0.05)  # fmt: skip
     crashes = 0
     async with ChaosRun(url, workdir, config) as run:
@@ -389,6 +390,35 @@ async def crash_loop(
     )  # fmt: skip
 
 
+@dataclass
+class Speed:
+    """Messages per second through rabbitq for one queue type (no faults)."""
+
+    queue_type: str
+    messages: int
+    publish: float
+    consume: float
+
+
+async def throughput(url: str, workdir: Path, *, queue_type: str, messages: int = 5000) -> Speed:
+    """Publish ``messages`` with ``publish_many`` (pipelined confirms), then time one
+    in-process worker (prefetch 64) handling them with a handler that does nothing."""
+    config = Config(queue_type=queue_type, prefetch=64)
+    async with ChaosRun(url, workdir, config) as run:
+        from .service import Job
+
+        async with run.app.publisher() as pub:
+            began = time.perf_counter()
+            await pub.publish_many(Job(n=n) for n in range(messages))
+            publish = messages / (time.perf_counter() - began)
+        worker = Worker(run.app, grace_period=5)
+        began = time.perf_counter()
+        async with running(worker):
+            await wait_for(lambda: len(run.ledger.entries()) >= messages, timeout=120)
+            consume = messages / (time.perf_counter() - began)
+    return Speed(queue_type, messages, publish, consume)
+
+
 def _port(url: str) -> int:
     from urllib.parse import urlsplit
 
@@ -396,7 +426,11 @@ def _port(url: str) -> int:
 
 
 async def _resumed(
-    run: ChaosRun, moment: float, pid: int | None = None, limit: float = 60
+    run: ChaosRun,
+    moment: float,
+    pid: int | None = None,
+    limit: float = 60,
+    stop_when_idle: bool = True,
 ) -> float:
     """Seconds from ``moment`` until a handler (of ``pid``) began, polling the ledger."""
     deadline = time.monotonic() + limit
@@ -404,7 +438,7 @@ async def _resumed(
         first = run.ledger.first_after(moment, pid)
         if first is not None:
             return first - moment
-        if run.accounted():
+        if stop_when_idle and run.accounted():
             break  # nothing left to handle: the fault came too late to measure
         await asyncio.sleep(0.05)
     return float("nan")

@@ -38,7 +38,7 @@ class Config:
 
     queue: str = "chaos"
     exchange: str = "chaos"
-    queue_type: str = "classic"
+    queue_type: str = "quorum"
     delivery_limit: int = 10
     delays: str = "0.2,0.5,1"
     """Retry tiers in seconds, comma-separated."""
