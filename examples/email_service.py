@@ -131,8 +131,8 @@ def create_app(
 ) -> App:
     """The email service. Tests pass their own names, sender and retry delays; the
     module's ``app`` uses the defaults."""
-    # A classic queue is enough on a single broker; in a cluster, prefer
-    # queue_type="quorum" (see payment_service.py) so the queue survives a node loss.
+    # Quorum queues, the default: replicated in a cluster, and a message that crashes
+    # the worker every time is dead-lettered after the delivery limit.
     app = App(queue=queue, exchange=exchange, url=url, prefetch=32, retry=retry)
     provider: EmailSender = sender if sender is not None else SandboxSender()
 

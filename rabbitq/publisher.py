@@ -3,13 +3,19 @@
 ``publish()`` returns only after the broker confirmed the message; every way it can
 fail is a :class:`~rabbitq.errors.PublishError`. ``confirmed()`` is shared with the
 worker, which publishes its retry and DLQ copies the same way.
+
+By default a publish fails at once when the connection is down. A publisher opened
+with ``retry_for=S`` keeps trying (connecting, and each unconfirmed publish) with
+backoff for at most ``S`` seconds while the robust connection reconnects, then raises.
+A retried publish may store the message twice (same ``message_id``) if the broker
+stored it but its confirm was lost: at-least-once, like everything else.
 """
 
 from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Awaitable, Iterable, Mapping
+from collections.abc import Awaitable, Iterable, Iterator, Mapping
 from datetime import UTC, datetime
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -21,7 +27,15 @@ from aio_pika.abc import AbstractChannel, AbstractExchange, AbstractRobustConnec
 from . import headers as h
 from .codec import CONTENT_TYPE, encode
 from .connection import connect
-from .errors import PartialPublish, PublishError, PublishInterrupted, PublishNacked, Unroutable
+from .errors import (
+    BrokerUnavailable,
+    ConfigurationError,
+    PartialPublish,
+    PublishError,
+    PublishInterrupted,
+    PublishNacked,
+    Unroutable,
+)
 from .hooks import Hooks, combine
 from .message import Message
 from .settings import TLS
@@ -31,6 +45,17 @@ if TYPE_CHECKING:
     from .app import App
 
 DEFAULT_WINDOW = 512
+# Waits between attempts of a publisher with ``retry_for``: doubling, capped.
+RETRY_FIRST_WAIT = 0.1
+RETRY_MAX_WAIT = 2.0
+
+
+def retry_waits(first: float = RETRY_FIRST_WAIT, cap: float = RETRY_MAX_WAIT) -> Iterator[float]:
+    """The waits between attempts: 0.1, 0.2, 0.4, ... seconds, at most ``cap`` each."""
+    wait = first
+    while True:
+        yield wait
+        wait = min(wait * 2, cap)
 
 
 async def confirmed(
@@ -44,6 +69,10 @@ async def confirmed(
         raise Unroutable(f"no queue is bound to {where}; nothing was stored") from exc
     except aiormq.exceptions.DeliveryError as exc:
         raise PublishNacked(f"the broker refused the message sent to {where}") from exc
+    except aiormq.exceptions.ChannelInvalidStateError as exc:  # checked before sending
+        raise PublishInterrupted(
+            f"not connected to RabbitMQ: nothing was sent to {where} ({exc or 'channel closed'})"
+        ) from exc
     except (aiormq.exceptions.AMQPError, ConnectionError, OSError, RuntimeError) as exc:
         raise PublishInterrupted(
             f"the connection closed before the broker confirmed the message sent to {where} "
@@ -86,7 +115,9 @@ class Publisher:
     """Publishes an app's messages. Use it as ``async with app.publisher() as pub``.
 
     Pass ``connection`` to share one you already have; otherwise the publisher opens
-    its own robust connection and closes it on exit.
+    its own robust connection and closes it on exit. ``retry_for`` (seconds, default
+    None: fail at once) bounds how long connecting and each publish keep retrying while
+    the broker is unreachable; past it they raise, never report an unconfirmed success.
     """
 
     def __init__(
@@ -97,8 +128,14 @@ class Publisher:
         connection: AbstractRobustConnection | None = None,
         hooks: Hooks | list[Hooks] | None = None,
         tls: TLS | None = None,
+        retry_for: float | None = None,
     ) -> None:
+        if retry_for is not None and not retry_for > 0:
+            raise ConfigurationError(
+                f"retry_for must be positive seconds or None, not {retry_for!r}"
+            )
         self._app = app
+        self._retry_for = retry_for
         self._url = url
         self._tls = tls
         self._connection = connection
@@ -122,15 +159,39 @@ class Publisher:
     async def open(self) -> None:
         """Connect (unless given a connection) and declare the app's exchange."""
         if self._connection is None:
-            self._connection = await connect(
-                self._url, name=f"rabbitq publisher {self._app.queue}", tls=self._tls
-            )
+            self._connection = await self._connect()
         self._channel = await self._connection.channel(
             publisher_confirms=True, on_return_raises=True
         )
         self._exchange = await self._channel.declare_exchange(
             self._app.exchange, aio_pika.ExchangeType.TOPIC, durable=True
         )
+
+    async def _connect(self) -> AbstractRobustConnection:
+        name = f"rabbitq publisher {self._app.queue}"
+        if self._retry_for is None:
+            return await connect(self._url, name=name, tls=self._tls)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._retry_for
+        for wait in retry_waits():
+            try:
+                return await connect(
+                    self._url, name=name, timeout=max(0.1, deadline - loop.time()), tls=self._tls
+                )
+            except BrokerUnavailable as exc:
+                login_refused = isinstance(
+                    exc.__cause__,
+                    (
+                        aiormq.exceptions.AuthenticationError,
+                        aiormq.exceptions.ProbableAuthenticationError,
+                    ),
+                )
+                if login_refused or loop.time() + wait >= deadline:
+                    raise BrokerUnavailable(
+                        f"{exc} (gave up after retry_for={self._retry_for:g}s)"
+                    ) from exc
+            await asyncio.sleep(wait)
+        raise AssertionError("unreachable")  # retry_waits() never ends
 
     async def close(self) -> None:
         """Close the channel, and the connection if the publisher opened it."""
@@ -182,13 +243,44 @@ class Publisher:
             reply_to=reply_to,
         )
         try:
-            await confirmed(exchange, amqp, routing_key)
+            if self._retry_for is None:
+                await confirmed(exchange, amqp, routing_key)
+            else:
+                await self._confirmed_within(self._retry_for, exchange, amqp, routing_key)
         except PublishError as exc:
             self._hooks.publish_failed(self._app.exchange, type_name, error_kind(exc))
             raise
         self._hooks.published(self._app.exchange, type_name)
         assert amqp.message_id is not None
         return amqp.message_id
+
+    async def _confirmed_within(
+        self, seconds: float, exchange: AbstractExchange, amqp: aio_pika.Message, routing_key: str
+    ) -> None:
+        """``confirmed()``, retried after an interruption until ``seconds`` have passed.
+
+        Only :class:`PublishInterrupted` is retried (the robust connection reconnects
+        and restores the channel meanwhile); unroutable and nacked messages are not.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + seconds
+        attempts = 0
+        for wait in retry_waits():
+            attempts += 1
+            try:
+                async with asyncio.timeout(max(0.0, deadline - loop.time())):
+                    await confirmed(exchange, amqp, routing_key)
+                return
+            except PublishInterrupted as exc:
+                last: str = str(exc)
+            except TimeoutError:
+                last = "no confirm from the broker in time; it may or may not have been stored"
+            if loop.time() + wait >= deadline:
+                raise PublishInterrupted(
+                    f"not confirmed within retry_for={seconds:g}s ({attempts} attempt(s)); "
+                    f"last: {last}"
+                )
+            await asyncio.sleep(wait)
 
     async def publish_many(
         self, messages: Iterable[Message], *, window: int = DEFAULT_WINDOW

@@ -28,6 +28,8 @@ from .errors import ConfigurationError, TopologyMismatch
 QueueType = Literal["classic", "quorum"]
 QUEUE_TYPES: tuple[QueueType, ...] = ("classic", "quorum")
 DEFAULT_DELIVERY_LIMIT = 10
+# An App's queues are quorum queues unless it says otherwise: see docs/reliability.md.
+DEFAULT_QUEUE_TYPE: QueueType = "quorum"
 
 _UNITS = (("h", 3_600_000), ("m", 60_000), ("s", 1_000))
 

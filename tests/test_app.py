@@ -212,7 +212,8 @@ def test_the_default_app_matches_the_documented_defaults():
     assert app.exchange == "rabbitq"
     assert app.prefetch == 64
     assert app.retry == RetryPolicy(delays=(1, 10, 60, 600))
-    assert app.queue_type == "classic"
+    assert app.queue_type == "quorum"
+    assert app.delivery_limit == 10
     assert app.url is None
     assert repr(app) == "App(queue='emails', exchange='rabbitq')"
 

@@ -341,6 +341,12 @@ def test_topology_dry_run_json_prints_the_plan_without_touching_the_broker():
     result = run("topology", APP, "--dry-run", "--json", "--url", UNREACHABLE)
     assert result.exit_code == 0, result.output
     rows = [orjson.loads(line) for line in result.output.splitlines()]
+    quorum = {  # the default queue type
+        "x-queue-type": "quorum",
+        "x-delivery-limit": 10,
+        "x-dead-letter-strategy": "at-least-once",
+        "x-overflow": "reject-publish",
+    }
     assert rows == [
         {"kind": "exchange", "name": "unit-cli-x", "arguments": {"type": "topic"}},
         {
@@ -349,6 +355,7 @@ def test_topology_dry_run_json_prints_the_plan_without_touching_the_broker():
             "arguments": {
                 "x-dead-letter-exchange": "",
                 "x-dead-letter-routing-key": "unit-cli.dlq",
+                **quorum,
             },
         },
         {
@@ -358,6 +365,7 @@ def test_topology_dry_run_json_prints_the_plan_without_touching_the_broker():
                 "x-message-ttl": 1000,
                 "x-dead-letter-exchange": "",
                 "x-dead-letter-routing-key": "unit-cli",
+                **quorum,
             },
         },
         {
@@ -367,9 +375,10 @@ def test_topology_dry_run_json_prints_the_plan_without_touching_the_broker():
                 "x-message-ttl": 30000,
                 "x-dead-letter-exchange": "",
                 "x-dead-letter-routing-key": "unit-cli",
+                **quorum,
             },
         },
-        {"kind": "dlq", "name": "unit-cli.dlq", "arguments": {}},
+        {"kind": "dlq", "name": "unit-cli.dlq", "arguments": {"x-queue-type": "quorum"}},
         {
             "kind": "binding",
             "name": "unit-cli-x -> unit-cli",
