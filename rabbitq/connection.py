@@ -15,6 +15,10 @@ from .errors import BrokerUnavailable
 from .settings import TLS, redact_url, resolve_tls, scrub, ssl_context_for, url_password
 
 RECONNECT_INTERVAL = 2.0
+HEARTBEAT = 15
+"""Seconds between AMQP heartbeats unless the URL's ``?heartbeat=`` says otherwise: a
+connection that stalls without closing (a half-open TCP link) is noticed after about
+two missed beats, not the three minutes that the library's default of 60 s would take."""
 START_HINT = "start one with 'rabbitmq-server -detached' or set RABBITQ_URL / --url"
 TLS_HINT = (
     "check the CA (RABBITQ_TLS_CA / --tls-ca), and the client certificate and key if the "
@@ -45,13 +49,17 @@ async def connect(
     The first connection must succeed: a worker that starts without a broker says so
     and exits rather than waiting silently. Later losses are recovered by aio-pika,
     retrying every ``RECONNECT_INTERVAL`` seconds unless the URL's
-    ``?reconnect_interval=`` says otherwise. ``amqps://`` URLs use ``tls`` (default:
+    ``?reconnect_interval=`` says otherwise; heartbeats every ``HEARTBEAT`` seconds
+    unless ``?heartbeat=`` is given. ``amqps://`` URLs use ``tls`` (default:
     the ``$RABBITQ_TLS_*`` files, else the system's CAs).
     """
     wire.install()  # a malformed frame must not drop the connection (see rabbitq.wire)
     options: dict[str, Any] = {"ssl_context": ssl_context_for(url, resolve_tls(tls))}
-    if "reconnect_interval" not in urlsplit(url).query:
+    query = urlsplit(url).query
+    if "reconnect_interval" not in query:
         options["reconnect_interval"] = RECONNECT_INTERVAL
+    if "heartbeat" not in query:
+        options["heartbeat"] = HEARTBEAT
     try:
         connection: AbstractRobustConnection = await aio_pika.connect_robust(
             url, timeout=timeout, client_properties={"connection_name": name}, **options

@@ -7,6 +7,7 @@ import asyncio
 import subprocess
 
 from rabbitq import Message, RetryPolicy, Worker
+from rabbitq.connection import HEARTBEAT, connect
 
 from ..helpers import Recorder, running, wait_for
 
@@ -64,3 +65,27 @@ async def test_a_worker_whose_connection_is_closed_reconnects_and_loses_nothing(
         await wait_for(lambda: set(handled) == set(range(10)) and len(handled) >= 15)
     assert sorted(set(handled)) == list(range(10))
     assert len(handled) - len(set(handled)) == 5  # the redeliveries, counted
+
+
+def heartbeat_of(name: str) -> int:
+    """The heartbeat (seconds) the broker negotiated for the connection called ``name``."""
+    out = subprocess.run(
+        ["rabbitmqctl", "list_connections", "timeout", "client_properties", "-q"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    [timeout] = [line.split("\t")[0] for line in out.splitlines() if f'"{name}"' in line]
+    return int(timeout)
+
+
+async def test_connections_beat_every_15_s_unless_the_url_says_otherwise(broker_url, uid):
+    # A stalled (half-open) link is then noticed in about 30 s, not in three minutes.
+    default = await connect(broker_url, name=f"hb default {uid}")
+    chosen = await connect(f"{broker_url}?heartbeat=7", name=f"hb chosen {uid}")
+    try:
+        assert await asyncio.to_thread(heartbeat_of, f"hb default {uid}") == HEARTBEAT == 15
+        assert await asyncio.to_thread(heartbeat_of, f"hb chosen {uid}") == 7
+    finally:
+        await default.close()
+        await chosen.close()
