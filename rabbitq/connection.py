@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlsplit
 
 import aio_pika
 import aiormq
-from aio_pika.abc import AbstractRobustConnection
+from aio_pika.abc import AbstractConnection, AbstractRobustConnection
 
 from .errors import BrokerUnavailable
 from .settings import redact_url, scrub, url_password
@@ -27,10 +29,27 @@ async def connect(url: str, *, name: str, timeout: float = 10.0) -> AbstractRobu
     options: dict[str, Any] = {}
     if "reconnect_interval" not in urlsplit(url).query:
         options["reconnect_interval"] = RECONNECT_INTERVAL
-    try:
+    with _actionable_errors(url):
         connection: AbstractRobustConnection = await aio_pika.connect_robust(
             url, timeout=timeout, client_properties={"connection_name": name}, **options
         )
+    return connection
+
+
+async def connect_once(url: str, *, name: str, timeout: float = 10.0) -> AbstractConnection:
+    """A connection that does not reconnect, for work that must stop (not resume unseen)
+    when the connection drops, such as moving messages out of a DLQ."""
+    with _actionable_errors(url):
+        connection = await aio_pika.connect(
+            url, timeout=timeout, client_properties={"connection_name": name}
+        )
+    return connection
+
+
+@contextlib.contextmanager
+def _actionable_errors(url: str) -> Iterator[None]:
+    try:
+        yield
     except aiormq.exceptions.ProbableAuthenticationError as exc:
         raise BrokerUnavailable(
             f"RabbitMQ at {redact_url(url)} refused the login: check the user and password"
@@ -40,4 +59,3 @@ async def connect(url: str, *, name: str, timeout: float = 10.0) -> AbstractRobu
         raise BrokerUnavailable(
             f"cannot reach RabbitMQ at {redact_url(url)} ({detail}); {START_HINT}"
         ) from exc
-    return connection
