@@ -117,7 +117,7 @@ def age_text(seconds: float | None) -> str:
 def message_table(messages: Iterable[DeadMessage], title: str) -> Table:
     """The ``list`` table: one row per message."""
     now = datetime.now(UTC)
-    table = Table(title=Text(title), title_justify="left")
+    table = Table(title=Text(escape(title)), title_justify="left")
     for column in ("message_id", "type", "reason", "attempts", "failed at", "age", "error"):
         table.add_column(column, overflow="fold")
     for m in messages:
