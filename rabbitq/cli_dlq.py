@@ -133,6 +133,11 @@ def _report_interruption(fn: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
+def _interactive() -> bool:
+    """Whether a person can answer a question (stdin is a terminal)."""
+    return sys.stdin.isatty()
+
+
 @click.group()
 def dlq() -> None:
     """Inspect, replay, export, import and purge dead-lettered messages.
@@ -224,7 +229,8 @@ def replay(
     Example: rabbitq dlq replay emails --type email.send --since 1h --rate 50
     """
     filters = _filters(kwargs)
-    with view.ProgressView(f"replay {ops.resolve_dlq(queue)}", enabled=not dry_run) as progress:
+    label = f"replay {ops.resolve_dlq(queue)}"
+    with view.ProgressView(label, enabled=not dry_run, plain=not as_json) as progress:
         tally = asyncio.run(
             ops.replay(
                 queue,
@@ -280,7 +286,7 @@ def export(
     Example: rabbitq dlq export emails emails-dlq.jsonl --reason invalid
     """
     filters = _filters(kwargs)
-    with view.ProgressView(f"export {ops.resolve_dlq(queue)}") as progress:
+    with view.ProgressView(f"export {ops.resolve_dlq(queue)}", plain=not as_json) as progress:
         tally = asyncio.run(
             ops.export(
                 queue,
@@ -318,7 +324,7 @@ def import_(
     """
     if to and not as_replay:
         raise click.UsageError("--to needs --replay")
-    with view.ProgressView(f"import {ops.resolve_dlq(queue)}") as progress:
+    with view.ProgressView(f"import {ops.resolve_dlq(queue)}", plain=not as_json) as progress:
         tally = asyncio.run(
             ops.import_messages(queue, file, url=url, replay=as_replay, to=to, on_progress=progress)
         )
@@ -354,7 +360,7 @@ def purge(
     dlq_queue = ops.resolve_dlq(queue)
     what = f"matching {filters.describe()}" if filters.active else "(no filter: ALL of them)"
     if not yes and not dry_run:
-        if not sys.stdin.isatty():
+        if not _interactive():
             raise click.ClickException(
                 f"refusing to purge {dlq_queue} without --yes when not on a terminal"
             )
@@ -368,7 +374,9 @@ def purge(
         )
         # Only those counted: a message arriving meanwhile is behind them in the queue.
         limit = preview.done
-    with view.ProgressView(f"purge {dlq_queue}", enabled=not dry_run) as progress:
+    with view.ProgressView(
+        f"purge {dlq_queue}", enabled=not dry_run, plain=not as_json
+    ) as progress:
         tally = asyncio.run(
             ops.purge(
                 queue,

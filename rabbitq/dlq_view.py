@@ -194,18 +194,18 @@ def tally_text(t: Tally) -> str:
 
 
 class ProgressView:
-    """The progress callback: a rich bar on a terminal, a plain line every few seconds
-    otherwise, nothing when ``enabled`` is false. Output goes to stderr."""
+    """The progress callback: a rich bar when stderr is a terminal, else a plain line on
+    stderr every few seconds (unless ``plain`` is false); nothing when not ``enabled``."""
 
     PLAIN_EVERY = 2.0
     BAR_EVERY = 0.1
 
-    def __init__(self, label: str, *, enabled: bool = True) -> None:
+    def __init__(self, label: str, *, enabled: bool = True, plain: bool = True) -> None:
         self.label = label
         self.console = Console(stderr=True, highlight=False)
-        self.enabled = enabled
         self.live = enabled and self.console.is_terminal
-        self._last = 0.0
+        self.enabled = self.live or (enabled and plain)
+        self._last = time.monotonic()  # the first plain line after PLAIN_EVERY seconds
         self._bar: Progress | None = None
         self._task: Any = None
 

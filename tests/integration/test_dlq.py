@@ -100,10 +100,10 @@ async def take_all(conn: AbstractRobustConnection, name: str) -> list[str]:
     return ids
 
 
-async def cli(*args: str) -> Result:
+async def cli(*args: str, input: str | None = None) -> Result:
     """Run ``rabbitq dlq ARGS`` (in a thread: the command runs its own event loop)."""
     runner = CliRunner(env={"COLUMNS": "200"})  # wide enough that table cells do not wrap
-    return await asyncio.to_thread(runner.invoke, main, ["dlq", *args])
+    return await asyncio.to_thread(runner.invoke, main, ["dlq", *args], input=input)
 
 
 def snapshot(messages: list[dlq.DeadMessage]) -> list[tuple[Any, ...]]:
@@ -529,3 +529,49 @@ async def test_cli_list_show_replay_and_purge(setup, connection, broker_url):
     out = await run("purge", app.queue, "--yes", "--message-id", "m00000")
     assert "deleted 1" in out and "only messages matching message_id m00000" in out
     assert await queue_depth(connection, app.topology().dlq.name) == 0
+
+
+async def test_purge_on_a_terminal_asks_first_and_deletes_only_what_it_counted(
+    setup, connection, broker_url, monkeypatch
+):
+    from rabbitq import cli_dlq
+
+    monkeypatch.setattr(cli_dlq, "_interactive", lambda: True)
+    app = await setup()
+    await fill(
+        connection,
+        app,
+        (dead(app.queue, i, reason="invalid" if i < 2 else "exhausted") for i in range(5)),
+    )
+    args = ("purge", app.queue, "--reason", "invalid", "--url", broker_url)
+
+    declined = await cli(*args, input="n\n")
+    assert (
+        declined.exit_code == 1 and "Delete 2 message(s) matching reason invalid" in declined.output
+    )
+    assert "the other 3 stay" in declined.output
+    assert await queue_depth(connection, app.topology().dlq.name) == 5
+
+    accepted = await cli(*args, input="y\n")
+    assert accepted.exit_code == 0 and "deleted 2" in accepted.output
+    left = [m.message_id for m in await dlq.list_messages(app.queue, url=broker_url)]
+    assert left == ["m00002", "m00003", "m00004"]
+
+
+async def test_import_with_replay_to_a_missing_queue_publishes_nothing(
+    setup, connection, broker_url, tmp_path
+):
+    app = await setup()
+    await fill(connection, app, (dead(app.queue, i) for i in range(2)))
+    path = tmp_path / "x.jsonl"
+    await dlq.export(app.queue, path, url=broker_url)
+
+    result = await cli(
+        "import", app.queue, str(path), "--replay", "--to", f"{app.queue}.gone", "--url", broker_url
+    )
+
+    assert result.exit_code == 1 and result.output.count("\n") == 1
+    assert f"queue '{app.queue}.gone' does not exist" in result.output
+    assert "nothing was imported" in result.output
+    assert await queue_depth(connection, app.topology().dlq.name) == 2
+    assert await queue_depth(connection, app.queue) == 0
