@@ -100,8 +100,8 @@ Progress = Callable[["Tally"], None]
 class Tally:
     """What an operation did, updated as it goes (handed to the progress callback).
 
-    ``total`` is what the DLQ held at the start (or the file's line count, or the
-    limit); ``scanned`` the messages looked at; ``done`` those moved, exported, imported
+    ``total`` is what the DLQ held at the start (or the file's message count);
+    ``scanned`` the messages looked at; ``done`` those moved, exported, imported
     or removed; ``skipped`` those that did not match (left in the DLQ); ``failed`` those
     that could not be copied (left in the DLQ, reasons in ``failures``).
     ``possible_duplicates``: copies that may be stored while their original is still
@@ -484,7 +484,7 @@ async def replay(
         publish_channel = await conn.channel(publisher_confirms=True, on_return_raises=True)
         try:
             async with _Reader(conn, dlq, target) as reader:
-                tally.total = min(reader.total, limit) if limit is not None else reader.total
+                tally.total = reader.total
                 mover = _Mover(
                     reader, publish_channel, tally, window=window, on_progress=on_progress
                 )
@@ -549,7 +549,7 @@ async def purge(
 ) -> Tally:
     """Delete the DLQ messages that match ``filters`` (all of them without filters), at
     most ``limit``; the others stay, in order. ``dry_run`` deletes nothing and counts
-    (and lists in ``matched``) what would go."""
+    what would go."""
     target = resolve_url(url)
     dlq = resolve_dlq(queue)
     filters = filters or Filters()
@@ -558,7 +558,7 @@ async def purge(
         _connection(target, connection, f"rabbitq dlq purge {dlq}") as conn,
         _Reader(conn, dlq, target) as reader,
     ):
-        tally.total = min(reader.total, limit) if limit is not None else reader.total
+        tally.total = reader.total
         try:
             async for delivery in reader.deliveries():
                 m = DeadMessage.from_delivery(delivery, dlq)
@@ -566,9 +566,7 @@ async def purge(
                 if not filters.matches(m):
                     tally.skipped += 1
                     continue
-                if dry_run:
-                    tally.matched.append(m)
-                else:
+                if not dry_run:
                     await delivery.ack()
                 tally.done += 1
                 if on_progress is not None:
@@ -621,7 +619,7 @@ async def export(
         _connection(target, connection, f"rabbitq dlq export {dlq}") as conn,
         _Reader(conn, dlq, target) as reader,
     ):
-        tally.total = min(reader.total, limit) if limit is not None else reader.total
+        tally.total = reader.total
         try:
             handle = out_path.open("xb")
         except FileExistsError:
