@@ -20,7 +20,6 @@ from click.testing import CliRunner, Result
 from rabbitq import App, dlq
 from rabbitq import headers as h
 from rabbitq.cli import main
-from rabbitq.errors import DlqInterrupted
 
 from ..helpers import declare_topology, drain_queue, queue_depth, wait_for
 
@@ -278,14 +277,22 @@ class Proxy:
         self.host, self.port = host, port
         self.transports: list[asyncio.BaseTransport] = []
         self.server: asyncio.Server | None = None
+        self.is_cut = False
 
     async def start(self) -> int:
         self.server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
         return self.server.sockets[0].getsockname()[1]
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.transports.append(writer.transport)
+        if self.is_cut:
+            writer.transport.abort()
+            return
         up_reader, up_writer = await asyncio.open_connection(self.host, self.port)
-        self.transports += [writer.transport, up_writer.transport]
+        self.transports.append(up_writer.transport)
+        if self.is_cut:
+            self.cut()
+            return
 
         async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
             with contextlib.suppress(ConnectionError, OSError):
@@ -297,7 +304,8 @@ class Proxy:
         await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
 
     def cut(self) -> None:
-        """Drop every connection at once, as a network fault would."""
+        """Drop every connection at once, as a network fault would (and any later one)."""
+        self.is_cut = True
         for transport in self.transports:
             transport.abort()
 
@@ -308,40 +316,51 @@ class Proxy:
             await self.server.wait_closed()
 
 
+@pytest.mark.slow
 async def test_a_replay_cut_half_way_then_run_again_loses_nothing_and_reports_duplicates(
     setup, connection, broker_url
 ):
     n = 10_000
     app = await setup()
+    dlq_name = app.topology().dlq.name
     await fill(connection, app, (dead(app.queue, i) for i in range(n)))
     proxy = Proxy("127.0.0.1", 5672)
     port = await proxy.start()
     via_proxy = broker_url.replace(":5672/", f":{port}/")
 
-    def cut_half_way(tally: dlq.Tally) -> None:
-        if tally.done >= n // 2:
-            proxy.cut()
-
+    # the command runs in a thread; this loop runs the proxy and cuts it half-way
+    command = asyncio.create_task(cli("replay", app.queue, "--json", "--url", via_proxy))
     try:
-        with pytest.raises(DlqInterrupted) as info:
-            await dlq.replay(app.queue, url=via_proxy, on_progress=cut_half_way)
+        await wait_for(
+            lambda: _depth_at_most(connection, dlq_name, n // 2), timeout=90, interval=0.02
+        )
     finally:
+        proxy.cut()
+        first = await asyncio.wait_for(command, timeout=60)  # never leave it running
         await proxy.close()
-    first = info.value.summary
-    assert isinstance(first, dlq.Tally)
-    assert n // 2 <= first.done < n
-    assert f"{first.possible_duplicates} possible duplicate" in str(info.value)
+    assert first.exit_code == 1, first.output
+    summary = next(orjson.loads(line) for line in first.output.splitlines() if line[:1] == "{")
+    error = first.output.splitlines()[-1]
+    assert error.startswith("Error: the connection to amqp://guest:***@127.0.0.1:")
+    assert "closed during replay" in error
+    assert f"{summary['possible_duplicates']} possible duplicate(s)" in error
+    assert 0 < summary["done"] < n and summary["possible_duplicates"] > 0
     # bounded by what can be in flight: the confirm window plus the acks not yet proven
-    assert first.possible_duplicates <= 2 * dlq.DEFAULT_WINDOW
+    assert summary["possible_duplicates"] <= 2 * dlq.DEFAULT_WINDOW
 
-    second = await dlq.replay(app.queue, url=broker_url)
-    assert second.possible_duplicates == 0
+    second = await cli("replay", app.queue, "--json", "--url", broker_url)
+    assert second.exit_code == 0, second.output
+    assert orjson.loads(second.output.splitlines()[-1])["possible_duplicates"] == 0
 
     ids = await take_all(connection, app.queue)
     assert set(ids) == {f"m{i:05d}" for i in range(n)}  # every message is back
     duplicates = len(ids) - len(set(ids))
-    assert duplicates <= first.possible_duplicates  # and the report covered every double
-    assert await queue_depth(connection, app.topology().dlq.name) == 0
+    assert duplicates <= summary["possible_duplicates"]  # the report covered every double
+    assert await queue_depth(connection, dlq_name) == 0
+
+
+async def _depth_at_most(conn: AbstractRobustConnection, name: str, n: int) -> bool:
+    return await queue_depth(conn, name) <= n
 
 
 async def test_two_replays_of_the_same_dlq_at_once_lose_nothing(setup, connection, broker_url):
