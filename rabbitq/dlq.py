@@ -106,6 +106,8 @@ class Tally:
     that could not be copied (left in the DLQ, reasons in ``failures``).
     ``possible_duplicates``: copies that may be stored while their original is still
     in the DLQ, after a lost connection; 0 when the operation finished.
+    ``other_consumers``: consumers of the DLQ when it started; messages they held (an
+    interrupted run's, until the broker notices it is gone) were not seen.
     """
 
     operation: str
@@ -116,6 +118,7 @@ class Tally:
     skipped: int = 0
     failed: int = 0
     possible_duplicates: int = 0
+    other_consumers: int = 0
     dry_run: bool = False
     failures: dict[str, int] = field(default_factory=dict)
     matched: list[DeadMessage] = field(default_factory=list)
@@ -143,6 +146,7 @@ class Tally:
             "skipped": self.skipped,
             "failed": self.failed,
             "possible_duplicates": self.possible_duplicates,
+            "other_consumers": self.other_consumers,
             "failures": self.failures,
             "seconds": round(self.elapsed, 3),
         }
@@ -170,13 +174,23 @@ class _Reader:
         self.queue = queue
         self.url = url
         self.total = 0
+        self.other_consumers = 0
+        self.lost: BaseException | None = None
+        # Called when the channel closes: aiormq can leave a write pending forever on a
+        # dead connection, so whoever waits on one must be woken up.
+        self.on_lost: list[Callable[[], None]] = []
         self.channel: AbstractChannel | None = None
         self._inbox: asyncio.Queue[AbstractIncomingMessage | _Lost] = asyncio.Queue()
 
     async def __aenter__(self) -> _Reader:
         self.channel = await self.connection.channel(publisher_confirms=False)
         self.channel.close_callbacks.add(self._on_close)
-        self.total = await self.ready()
+        declared = await self._declare()
+        self.total = declared.message_count or 0
+        # Messages held (unacked) by another consumer are not ready, so this run cannot
+        # see them: often an interrupted run whose connection the broker has not yet
+        # closed. Its messages return to the DLQ when it does.
+        self.other_consumers = declared.consumer_count or 0
         if self.total:
             prefetch = self.total if self.total <= _MAX_PREFETCH else 0
             await self.channel.set_qos(prefetch_count=prefetch)
@@ -184,14 +198,28 @@ class _Reader:
             await queue.consume(self._on_message, no_ack=False)
         return self
 
+    async def ack(self, delivery: AbstractIncomingMessage) -> None:
+        """Hand the ack to the connection without waiting for the socket (a dead
+        connection could keep that wait pending forever); :meth:`ready` proves later
+        that the broker processed it."""
+        if self.lost is not None:
+            raise _LostConnection(self.lost)
+        assert delivery.delivery_tag is not None
+        await delivery.channel.basic_ack(delivery.delivery_tag, wait=False)
+
     async def __aexit__(self, *exc: object) -> None:
+        self.on_lost.clear()
         channel, self.channel = self.channel, None
         if channel is not None and not channel.is_closed:
             with contextlib.suppress(Exception):
                 await channel.close()
 
     def _on_close(self, _sender: object, exc: BaseException | None) -> None:
+        if self.lost is None:
+            self.lost = exc or ConnectionError("the channel closed")
         self._inbox.put_nowait(_Lost(exc))
+        for hook in self.on_lost:
+            hook()
 
     async def _on_message(self, message: AbstractIncomingMessage) -> None:
         self._inbox.put_nowait(message)
@@ -199,6 +227,11 @@ class _Reader:
     async def ready(self) -> int:
         """Messages ready in the queue now (a round trip on this reader's channel, so it
         also proves that every ack sent before it has been processed)."""
+        return (await self._declare()).message_count or 0
+
+    async def _declare(self) -> aiormq.spec.Queue.DeclareOk:
+        if self.lost is not None:
+            raise _LostConnection(self.lost)
         assert self.channel is not None
         try:
             queue = await self.channel.declare_queue(self.queue, passive=True)
@@ -208,7 +241,7 @@ class _Reader:
                 "service's queue (its DLQ is QUEUE.dlq) or the DLQ's full name, and see "
                 "'rabbitq stats QUEUE'"
             ) from None
-        return queue.declaration_result.message_count or 0
+        return queue.declaration_result
 
     async def deliveries(self) -> AsyncIterator[AbstractIncomingMessage]:
         """Deliveries in queue order, at most :attr:`total`; raises ``_LostConnection``
@@ -363,6 +396,16 @@ class _Mover:
         self.acks_proven = 0  # acks known to be processed (a round trip came back after)
         self.lost: BaseException | None = None
         self._barrier: asyncio.Task[None] | None = None
+        reader.on_lost.append(self._abort)
+
+    def _abort(self) -> None:
+        """The connection is gone: stop waiting for confirms and acks that may never
+        come (what they did is accounted for by :attr:`unsettled`)."""
+        self.lost = self.lost or self.reader.lost
+        for task in list(self.tasks):
+            task.cancel()
+        if self._barrier is not None:
+            self._barrier.cancel()
 
     @property
     def unsettled(self) -> int:
@@ -372,7 +415,12 @@ class _Mover:
     async def submit(
         self, delivery: AbstractIncomingMessage, copy: aio_pika.Message, target: str
     ) -> None:
-        """Start moving one message; waits while ``window`` copies are in flight."""
+        """Start moving one message; waits while ``window`` copies are in flight, and
+        while ``window`` acks wait for their proof: so at most 2 x ``window`` copies can
+        be unsettled when the connection drops."""
+        barrier = self._barrier
+        if barrier is not None and self.acks_sent - self.acks_proven >= self.barrier_every:
+            await asyncio.wait({barrier})
         await self.window.acquire()
         if self.lost is not None:
             self.window.release()
@@ -401,7 +449,7 @@ class _Mover:
                 self.lost = self.lost or exc
                 return
             try:
-                await delivery.ack()
+                await self.reader.ack(delivery)
             except Exception as exc:  # the channel or connection is gone
                 self.lost = self.lost or exc
                 self.tally.done += 1
@@ -485,6 +533,7 @@ async def replay(
         try:
             async with _Reader(conn, dlq, target) as reader:
                 tally.total = reader.total
+                tally.other_consumers = reader.other_consumers
                 mover = _Mover(
                     reader, publish_channel, tally, window=window, on_progress=on_progress
                 )
@@ -559,6 +608,7 @@ async def purge(
         _Reader(conn, dlq, target) as reader,
     ):
         tally.total = reader.total
+        tally.other_consumers = reader.other_consumers
         try:
             async for delivery in reader.deliveries():
                 m = DeadMessage.from_delivery(delivery, dlq)
@@ -567,7 +617,7 @@ async def purge(
                     tally.skipped += 1
                     continue
                 if not dry_run:
-                    await delivery.ack()
+                    await reader.ack(delivery)
                 tally.done += 1
                 if on_progress is not None:
                     on_progress(tally)
@@ -620,6 +670,7 @@ async def export(
         _Reader(conn, dlq, target) as reader,
     ):
         tally.total = reader.total
+        tally.other_consumers = reader.other_consumers
         try:
             handle = out_path.open("xb")
         except FileExistsError:
@@ -627,13 +678,19 @@ async def export(
         except OSError as exc:
             raise DlqError(f"cannot create {out_path}: {exc.strerror}") from None
         pending: list[AbstractIncomingMessage] = []
+        removed = 0  # exported messages whose removal from the DLQ is proven
 
         async def settle() -> None:
+            nonlocal removed
             handle.flush()
             os.fsync(handle.fileno())
-            for delivery in pending:
-                await delivery.ack()
-            pending.clear()
+            if pending:
+                for delivery in pending:
+                    await reader.ack(delivery)
+                sent = tally.done
+                pending.clear()
+                await reader.ready()  # the broker has processed every ack sent
+                removed = sent
 
         try:
             with handle:
@@ -655,9 +712,9 @@ async def export(
                     if limit is not None and tally.done >= limit:
                         break
                 await settle()
-                if delete:
-                    await reader.ready()  # every ack has been processed
         except (_LostConnection, aiormq.exceptions.AMQPError, ConnectionError) as exc:
+            if delete:  # in the file, and perhaps still in the DLQ
+                tally.possible_duplicates = tally.done - removed
             cause = exc.exc if isinstance(exc, _LostConnection) else exc
             raise _interrupted(tally, cause, target) from None
     return tally

@@ -190,6 +190,12 @@ def tally_text(t: Tally) -> str:
     text = f"{t.operation} {t.queue}: " + ", ".join(parts) + f" in {t.elapsed:.1f}s"
     for why, count in sorted(t.failures.items()):
         text += f"\n  {count} failed: {escape(why)}"
+    if t.other_consumers:
+        text += (
+            f"\n  note: {t.other_consumers} other consumer(s) were reading {t.queue}; the "
+            "messages they hold were not seen (an interrupted run's come back once the "
+            "broker notices it is gone: run the command again)"
+        )
     return text
 
 

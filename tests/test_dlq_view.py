@@ -65,3 +65,8 @@ def test_the_summary_names_moved_skipped_failed_and_possible_duplicates():
     assert text.startswith("replay q.dlq: moved 5, skipped 2 (not matching, left in q.dlq), ")
     assert "failed 1, possible duplicates 1" in text
     assert "1 failed: queue 'x' does not exist" in text
+
+
+def test_the_summary_warns_when_other_consumers_held_messages():
+    t = Tally(operation="replay", queue="q.dlq", other_consumers=1)
+    assert "note: 1 other consumer(s) were reading q.dlq" in tally_text(t)
