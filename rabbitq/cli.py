@@ -563,3 +563,8 @@ def demo(
         )
     if not summary.ok:
         raise click.ClickException(summary.problem or "the demo failed")
+
+
+from .cli_dlq import dlq  # noqa: E402 (the dlq commands live in their own module)
+
+main.add_command(dlq)

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import ssl
+from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlsplit
 
 import aio_pika
 import aiormq
-from aio_pika.abc import AbstractRobustConnection
+from aio_pika.abc import AbstractConnection, AbstractRobustConnection
 
 from . import wire
 from .errors import BrokerUnavailable
@@ -53,17 +55,41 @@ async def connect(
     unless ``?heartbeat=`` is given. ``amqps://`` URLs use ``tls`` (default:
     the ``$RABBITQ_TLS_*`` files, else the system's CAs).
     """
-    wire.install()  # a malformed frame must not drop the connection (see rabbitq.wire)
-    options: dict[str, Any] = {"ssl_context": ssl_context_for(url, resolve_tls(tls))}
-    query = urlsplit(url).query
-    if "reconnect_interval" not in query:
+    options = _options(url, tls)
+    if "reconnect_interval" not in urlsplit(url).query:
         options["reconnect_interval"] = RECONNECT_INTERVAL
-    if "heartbeat" not in query:
-        options["heartbeat"] = HEARTBEAT
-    try:
+    with _actionable_errors(url):
         connection: AbstractRobustConnection = await aio_pika.connect_robust(
             url, timeout=timeout, client_properties={"connection_name": name}, **options
         )
+    return connection
+
+
+async def connect_once(
+    url: str, *, name: str, timeout: float = 10.0, tls: TLS | None = None
+) -> AbstractConnection:
+    """A connection that does not reconnect, for work that must stop (not resume unseen)
+    when the connection drops, such as moving messages out of a DLQ."""
+    with _actionable_errors(url):
+        connection: AbstractConnection = await aio_pika.connect(
+            url, timeout=timeout, client_properties={"connection_name": name}, **_options(url, tls)
+        )
+    return connection
+
+
+def _options(url: str, tls: TLS | None) -> dict[str, Any]:
+    """Connection options both kinds share: TLS, and the heartbeat unless the URL sets it."""
+    wire.install()  # a malformed frame must not drop the connection (see rabbitq.wire)
+    options: dict[str, Any] = {"ssl_context": ssl_context_for(url, resolve_tls(tls))}
+    if "heartbeat" not in urlsplit(url).query:
+        options["heartbeat"] = HEARTBEAT
+    return options
+
+
+@contextlib.contextmanager
+def _actionable_errors(url: str) -> Iterator[None]:
+    try:
+        yield
     except aiormq.exceptions.ProbableAuthenticationError as exc:
         raise BrokerUnavailable(
             f"RabbitMQ at {redact_url(url)} refused the login: check the user and password"
@@ -82,4 +108,3 @@ async def connect(
         raise BrokerUnavailable(
             f"cannot reach RabbitMQ at {redact_url(url)} ({detail}); {hint}"
         ) from exc
-    return connection

@@ -17,6 +17,8 @@ Faults, raised by rabbitq::
         ├── PublishNacked     the broker refused the message (nack)
         ├── PublishInterrupted the connection or channel closed before the confirm
         └── PartialPublish    some messages of a publish_many batch were not confirmed
+    └── DlqError              a DLQ operation was given bad input (queue, file, filter)
+        └── DlqInterrupted    the connection closed during a DLQ operation (``summary``)
 """
 
 from __future__ import annotations
@@ -101,3 +103,20 @@ class PartialPublish(PublishError):
             f"{len(failed)} of {len(confirmed) + len(failed)} messages were not confirmed "
             f"(first: {first})"
         )
+
+
+class DlqError(RabbitqError):
+    """A DLQ operation was given bad input: an unknown queue, a bad file or filter."""
+
+
+class DlqInterrupted(DlqError):
+    """The connection closed during a DLQ operation; ``summary`` says what was done.
+
+    Nothing is lost: every message whose removal was not settled stays in (or returns
+    to) its queue. Messages counted in ``summary.possible_duplicates`` may have been
+    copied and still be in the DLQ, so running the operation again may copy them twice.
+    """
+
+    def __init__(self, message: str, summary: object) -> None:
+        self.summary = summary
+        super().__init__(message)
