@@ -56,7 +56,7 @@ def comparisons() -> list[Comparison]:
             "consume",
             consume.baseline,
             consume.candidate,
-            (Metric(msgs, must=1.0, aim=1.3),),
+            (Metric(msgs, must=1.0, aim=1.3), Metric("cpu us/msg", higher_is_better=False)),
         ),
         Comparison(
             "publish",
@@ -192,7 +192,9 @@ def _target(m: Metric) -> str:
     return ", ".join(parts)
 
 
-async def run(cfg: Config, selected: list[Comparison], *, verbose: bool) -> list[Result]:
+async def run(
+    cfg: Config, selected: list[Comparison], *, verbose: bool, side: str | None = None
+) -> list[Result]:
     results = [Result(c) for c in selected]
     for result in results:
         result.skipped = result.comparison.unavailable()
@@ -204,6 +206,8 @@ async def run(cfg: Config, selected: list[Comparison], *, verbose: bool) -> list
             sides = [("baseline", c.baseline), ("rabbitq", c.candidate)]
             if rnd % 2:
                 sides.reverse()
+            if side is not None:  # profiling one side
+                sides = [s for s in sides if s[0] == side]
             for side, runner in sides:
                 if verbose:
                     print(f"round {rnd + 1}: {c.name}: {side} ...", file=sys.stderr, flush=True)
@@ -230,8 +234,14 @@ def _fmt(value: object) -> str:
 
 
 def table(results: list[Result]) -> str:
-    head = ("comparison", "metric", "baseline median (min-max)", "rabbitq median (min-max)",
-            "ratio", "target")
+    head = (
+        "comparison",
+        "metric",
+        "baseline median (min-max)",
+        "rabbitq median (min-max)",
+        "ratio",
+        "target",
+    )
     lines: list[tuple[str, ...]] = [head]
     notes: list[str] = []
     for result in results:
@@ -287,6 +297,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         metavar="SCENARIO",
         help=f"run only this scenario (repeatable): {', '.join(SCENARIOS)}",
     )
+    parser.add_argument(
+        "--side",
+        choices=("baseline", "rabbitq"),
+        help="run one side only (to profile it: py-spy record -- python -m bench ...)",
+    )
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.add_argument("-v", "--verbose", action="store_true", help="progress on stderr")
     args = parser.parse_args(argv)
@@ -301,7 +316,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     cfg = Config(url=check_local(args.url), n=args.n, rounds=args.rounds, quick=args.quick)
     selected = [c for c in comparisons() if not args.only or c.scenario in args.only]
-    results = asyncio.run(run(cfg, selected, verbose=args.verbose))
+    results = asyncio.run(run(cfg, selected, verbose=args.verbose, side=args.side))
     if args.json:
         doc = {
             "n": cfg.n,

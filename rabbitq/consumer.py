@@ -5,11 +5,14 @@ The order of operations is the guarantee: a retry or DLQ copy is published and
 *confirmed* before the original is acked; if the copy cannot be confirmed the original
 is returned to the queue (nack, requeue). A lost connection leaves every unacked
 delivery to the broker, which redelivers it. Nothing is acked that is not safe.
+Acks are coalesced into multiple-acks by :mod:`rabbitq.acks`, which is handed a
+delivery only once its outcome is safe.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import signal
 from concurrent.futures import ThreadPoolExecutor
@@ -25,6 +28,7 @@ from aio_pika.abc import (
 )
 
 from . import headers as h
+from .acks import Acker
 from .app import App
 from .connection import connect
 from .dispatch import UNKNOWN, Outcome, message_id_of, process, resolve_type
@@ -87,6 +91,7 @@ class Worker:
         grace_period: float = DEFAULT_GRACE_PERIOD,
         hooks: Hooks | list[Hooks] | None = None,
         sync_workers: int | None = None,
+        coalesce_acks: bool = True,
     ) -> None:
         if not app.handlers:
             raise ConfigurationError(f"{app!r} has no handlers: register one with @app.handler")
@@ -106,6 +111,8 @@ class Worker:
         self._copy_exchange: AbstractExchange | None = None
         self._queue: AbstractQueue | None = None
         self._consumer_tag: str | None = None
+        self._coalesce_acks = coalesce_acks
+        self._acker: Acker | None = None  # the acks of the current consume channel
         self._tasks: set[asyncio.Task[None]] = set()  # every delivery not yet settled
         self._handling: set[asyncio.Task[None]] = set()  # those still in their handler
         self._stop = asyncio.Event()
@@ -191,6 +198,8 @@ class Worker:
         if self._tasks:
             # Settling (a confirm, an ack) is short; it is never cancelled half-way.
             await asyncio.wait(list(self._tasks), timeout=10)
+        if self._acker is not None:
+            await self._acker.flush()  # the acks still waiting to be coalesced
         connected = self._connection is not None
         await self._close_connection()
         self._executor.shutdown(wait=False, cancel_futures=True)
@@ -230,21 +239,34 @@ class Worker:
 
     # -- one delivery ------------------------------------------------------------
 
+    def _acker_for(self, delivery: AbstractIncomingMessage) -> Acker:
+        """The acker of the delivery's channel: delivery tags restart on a new channel."""
+        channel = delivery.channel
+        if self._acker is None or self._acker.channel is not channel:
+            self._acker = Acker(
+                channel, coalesce=self._coalesce_acks, batch=max(1, min(64, self.prefetch // 4))
+            )
+        return self._acker
+
     async def _on_message(self, delivery: AbstractIncomingMessage) -> None:
+        try:
+            acker = self._acker_for(delivery)
+        except Exception:  # its channel is already closed: the broker will redeliver it
+            return
         if self._stopping:
             # Arrived between basic.cancel and its confirmation: give it back.
-            await self._nack(delivery, resolve_type(delivery, self._queue_name))
+            await self._nack(delivery, resolve_type(delivery, self._queue_name), acker)
             return
         # The handler runs in a task of our own, not in aiormq's delivery task: aiormq
         # cancels its tasks when the channel closes, and a lost connection must not
         # interrupt a handler half-way through sending an email. Its ack then fails
         # and the broker redelivers the message, which is logged as such.
-        task = asyncio.create_task(self._handle(delivery))
+        task = asyncio.create_task(self._handle(delivery, acker))
         self._tasks.add(task)
         self._handling.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _handle(self, delivery: AbstractIncomingMessage) -> None:
+    async def _handle(self, delivery: AbstractIncomingMessage, acker: Acker) -> None:
         task = asyncio.current_task()
         assert task is not None
         type_name = resolve_type(delivery, self._queue_name)
@@ -260,15 +282,15 @@ class Worker:
                 self._handlers, self._queue_name, delivery, self._executor, type_name
             )
         except asyncio.CancelledError:  # shutdown after the grace period
-            await self._nack(delivery, type_name)
+            await self._nack(delivery, type_name, acker)
             raise
         finally:
             self._handling.discard(task)
             self.hooks.handler_finished(self._queue_name)
-        await self._settle(delivery, outcome, type_name)
+        await self._settle(delivery, outcome, type_name, acker)
 
     async def _settle(
-        self, delivery: AbstractIncomingMessage, outcome: Outcome, type_name: str
+        self, delivery: AbstractIncomingMessage, outcome: Outcome, type_name: str, acker: Acker
     ) -> None:
         """Ack, or store a confirmed copy and then ack; ``type_name`` is the resolved type,
         written to the copy (a retried message comes back with the queue as routing key)."""
@@ -296,8 +318,10 @@ class Worker:
                 routing_key=delivery.routing_key or "",
             )
         else:
-            if await self._ack(delivery):
-                self.hooks.succeeded(queue, outcome.type_name, outcome.duration)
+            acker.ack(
+                _tag(delivery),
+                functools.partial(self.hooks.succeeded, queue, outcome.type_name, outcome.duration),
+            )
             return
 
         copy = _copy(delivery, type_name, headers)
@@ -313,10 +337,16 @@ class Worker:
                 queue,
             )
             await asyncio.sleep(REQUEUE_BACKOFF)
-            await self._nack(delivery, outcome.type_name)
+            await self._nack(delivery, outcome.type_name, acker)
             return
-        if not await self._ack(delivery):
-            return  # the copy is stored and the original will be redelivered: a duplicate
+        # If the ack cannot be sent, the copy is stored and the original will be
+        # redelivered: a duplicate, and no hook is called.
+        acker.ack(_tag(delivery), functools.partial(self._copied, delivery, outcome, target))
+
+    def _copied(self, delivery: AbstractIncomingMessage, outcome: Outcome, target: str) -> None:
+        """Log and report a delivery whose copy was confirmed and whose ack was sent."""
+        queue = self._queue_name
+        decision = outcome.decision
         if isinstance(decision, Retry):
             log.info(
                 "message %s (%s) failed attempt %d, retrying in %s: %s",
@@ -339,25 +369,16 @@ class Worker:
             )
             self.hooks.dead_lettered(queue, outcome.type_name, decision.reason, outcome.duration)
 
-    async def _ack(self, delivery: AbstractIncomingMessage) -> bool:
-        try:
-            await delivery.ack()
-        except Exception as exc:
+    async def _nack(self, delivery: AbstractIncomingMessage, type_name: str, acker: Acker) -> None:
+        if not await acker.nack(_tag(delivery)):
             log.warning(
-                "could not ack message %s (%s): the broker will redeliver it",
+                "could not return message %s: the broker will redeliver it",
                 delivery.message_id or "(no message_id)",
-                type(exc).__name__,
-            )
-            return False
-        return True
-
-    async def _nack(self, delivery: AbstractIncomingMessage, type_name: str) -> None:
-        try:
-            await delivery.nack(requeue=True)
-        except Exception as exc:
-            log.warning(
-                "could not return message %s (%s): the broker will redeliver it",
-                delivery.message_id or "(no message_id)",
-                type(exc).__name__,
             )
         self.hooks.requeued(self._queue_name, type_name)
+
+
+def _tag(delivery: AbstractIncomingMessage) -> int:
+    tag = delivery.delivery_tag
+    assert tag is not None  # consumed with acks: every delivery has a tag
+    return tag
