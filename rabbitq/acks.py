@@ -90,12 +90,14 @@ class AckLedger:
         self._check_open(tag)
         self._settled.add(tag)
 
-    def plan(self, now: float, max_wait: float, *, everything: bool = False) -> Plan:
+    def plan(
+        self, now: float, max_wait: float, *, everything: bool = False, multiple: bool = True
+    ) -> Plan:
         """The acks to send now, recorded as sent.
 
         A multiple-ack through the last done tag of the contiguous run above the base;
         single acks for done tags above a gap that have waited ``max_wait`` (all of them
-        with ``everything``, as on shutdown).
+        with ``everything``, as on shutdown). With ``multiple=False``, single acks only.
         """
         plan = Plan()
         tag = self._base + 1
@@ -117,6 +119,9 @@ class AckLedger:
             for t in plan.singles:
                 del self._done[t]
                 self._settled.add(t)
+        if not multiple and plan.run:
+            plan.singles = plan.run + plan.singles
+            plan.run, plan.multiple = [], None
         return plan
 
 
@@ -138,14 +143,14 @@ class Acker:
         *,
         coalesce: bool = True,
         batch: int = BATCH,
-        delay: float = DELAY,
-        max_wait: float = MAX_WAIT,
+        delay: float | None = None,
+        max_wait: float | None = None,
     ) -> None:
         self.channel = channel
         self.coalesce = coalesce
         self.batch = batch if coalesce else 1
-        self.delay = delay
-        self.max_wait = max(max_wait, delay)
+        self.delay = DELAY if delay is None else delay
+        self.max_wait = max(MAX_WAIT if max_wait is None else max_wait, self.delay)
         self._ledger = AckLedger()
         self._after: dict[int, After | None] = {}
         self._loop = asyncio.get_running_loop()
@@ -210,7 +215,9 @@ class Acker:
 
     async def _send_all(self, *, everything: bool = False) -> None:
         everything = everything or not self.coalesce
-        while plan := self._ledger.plan(self._loop.time(), self.max_wait, everything=everything):
+        while plan := self._ledger.plan(
+            self._loop.time(), self.max_wait, everything=everything, multiple=self.coalesce
+        ):
             if plan.multiple is not None:
                 await self._send(plan.multiple, True, plan.run)
             for tag in plan.singles:
