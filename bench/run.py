@@ -193,7 +193,7 @@ def _target(m: Metric) -> str:
 
 
 async def run(
-    cfg: Config, selected: list[Comparison], *, verbose: bool, side: str | None = None
+    cfg: Config, selected: list[Comparison], *, verbose: bool, only_side: str | None = None
 ) -> list[Result]:
     results = [Result(c) for c in selected]
     for result in results:
@@ -206,8 +206,8 @@ async def run(
             sides = [("baseline", c.baseline), ("rabbitq", c.candidate)]
             if rnd % 2:
                 sides.reverse()
-            if side is not None:  # profiling one side
-                sides = [s for s in sides if s[0] == side]
+            if only_side is not None:  # profiling one side
+                sides = [s for s in sides if s[0] == only_side]
             for side, runner in sides:
                 if verbose:
                     print(f"round {rnd + 1}: {c.name}: {side} ...", file=sys.stderr, flush=True)
@@ -275,6 +275,17 @@ def table(results: list[Result]) -> str:
     return "\n".join(out)
 
 
+def _finite(value: object) -> object:
+    """``value`` with NaN (a figure that could not be measured) as None, for JSON."""
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    return value
+
+
 def parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m bench",
@@ -316,7 +327,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     cfg = Config(url=check_local(args.url), n=args.n, rounds=args.rounds, quick=args.quick)
     selected = [c for c in comparisons() if not args.only or c.scenario in args.only]
-    results = asyncio.run(run(cfg, selected, verbose=args.verbose, side=args.side))
+    results = asyncio.run(run(cfg, selected, verbose=args.verbose, only_side=args.side))
     if args.json:
         doc = {
             "n": cfg.n,
@@ -326,7 +337,7 @@ def main(argv: list[str] | None = None) -> int:
             "skipped": {r.comparison.name: r.skipped for r in results if r.skipped},
             "errors": {r.comparison.name: r.error for r in results if r.error},
         }
-        print(json.dumps(doc, indent=2, default=lambda v: None))
+        print(json.dumps(_finite(doc), indent=2))
     else:
         print(f"rabbitq bench: n={cfg.n}, {cfg.rounds} round(s), medians (min-max)\n")
         print(table(results))
