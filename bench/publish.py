@@ -10,6 +10,7 @@ the baseline) are built before the clock starts; encoding is inside it.
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from datetime import UTC, datetime
 
@@ -48,7 +49,7 @@ async def _baseline(cfg: Config, window: int) -> dict[str, float]:
     async with topology(cfg.url, app) as conn:
         channel = await conn.channel(publisher_confirms=True)
         exchange = await channel.get_exchange(app.exchange)
-        started = clock()
+        started, cpu = clock(), time.process_time()
         if window == 1:
             for d in data:
                 await exchange.publish(_amqp(d), routing_key="bench.job", mandatory=True)
@@ -60,9 +61,9 @@ async def _baseline(cfg: Config, window: int) -> dict[str, float]:
                         for d in data[i : i + window]
                     )
                 )
-        elapsed = clock() - started
+        elapsed, cpu = clock() - started, time.process_time() - cpu
         await channel.close()
-    return {"msg/s": len(data) / elapsed}
+    return {"msg/s": len(data) / elapsed, "cpu us/msg": cpu / len(data) * 1e6}
 
 
 async def baseline_sequential(cfg: Config) -> dict[str, float]:
@@ -78,14 +79,14 @@ async def _candidate(cfg: Config, many: bool) -> dict[str, float]:
     messages = [job(n) for n in range(cfg.small)]
     async with topology(cfg.url, app) as conn:
         async with Publisher(app, url=cfg.url, connection=conn) as pub:
-            started = clock()
+            started, cpu = clock(), time.process_time()
             if many:
                 await pub.publish_many(messages)
             else:
                 for m in messages:
                     await pub.publish(m)
-            elapsed = clock() - started
-    return {"msg/s": len(messages) / elapsed}
+            elapsed, cpu = clock() - started, time.process_time() - cpu
+    return {"msg/s": len(messages) / elapsed, "cpu us/msg": cpu / len(messages) * 1e6}
 
 
 async def candidate_sequential(cfg: Config) -> dict[str, float]:

@@ -12,6 +12,7 @@ properties, an attempt header) to the retry queue with a confirm, then ack.
 from __future__ import annotations
 
 import asyncio
+import time
 
 import aio_pika
 from aio_pika.abc import AbstractIncomingMessage
@@ -36,17 +37,20 @@ class _Clock(Hooks):
         self.retried_at: float | None = None
         self.done_at: float | None = None
         self.retries = 0
+        self.cpu = [0.0, 0.0]
         self.successes = 0
         self.done = asyncio.Event()
 
     def received(self, queue: str, type_name: str) -> None:
         if self.first is None:
             self.first = clock()
+            self.cpu[0] = time.process_time()
 
     def retried(self, queue: str, type_name: str, delay: str, duration: float) -> None:
         self.retries += 1
         if self.retries == self.n:
             self.retried_at = clock()
+            self.cpu[1] = time.process_time()
 
     def succeeded(self, queue: str, type_name: str, duration: float) -> None:
         self.successes += 1
@@ -58,6 +62,7 @@ class _Clock(Hooks):
         return {
             "msg/s": rate(self.n, self.first, self.retried_at),
             "cycle msg/s": rate(self.n, self.first, self.done_at),
+            "cpu us/msg": (self.cpu[1] - self.cpu[0]) / self.n * 1e6,
         }
 
 

@@ -20,6 +20,8 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import rabbitq.loop
+
 from . import consume, latency, memory, processes, publish, replay_scenario, retry
 from .common import DEFAULT_URL, Config, Runner, check_local
 
@@ -46,6 +48,12 @@ class Comparison:
     # None when it can run, else why not (a missing module, a missing CLI flag).
     unavailable: Callable[[], str | None] = lambda: None
     baseline_label: str = "aio-pika"
+    # The event loop rabbitq's side runs on; the baseline always runs on asyncio's.
+    candidate_loop: str = "asyncio"
+
+
+# The client's CPU time per message: steadier than rates on a busy machine.
+CPU = Metric("cpu us/msg", higher_is_better=False)
 
 
 def comparisons() -> list[Comparison]:
@@ -56,28 +64,37 @@ def comparisons() -> list[Comparison]:
             "consume",
             consume.baseline,
             consume.candidate,
-            (Metric(msgs, must=1.0, aim=1.3), Metric("cpu us/msg", higher_is_better=False)),
+            (Metric(msgs, must=1.0, aim=1.3), CPU),
+        ),
+        Comparison(
+            "consume",
+            "consume, rabbitq on uvloop",
+            consume.baseline,
+            consume.candidate,
+            (Metric(msgs), CPU),
+            unavailable=_no_uvloop,
+            candidate_loop="uvloop",
         ),
         Comparison(
             "publish",
             "publish (one at a time)",
             publish.baseline_sequential,
             publish.candidate_sequential,
-            (Metric(msgs),),
+            (Metric(msgs), CPU),
         ),
         Comparison(
             "publish",
             "publish_many",
             publish.baseline_pipelined,
             publish.candidate_many,
-            (Metric(msgs, must=0.9),),
+            (Metric(msgs, must=0.9), CPU),
         ),
         Comparison(
             "retry",
             "retry path",
             retry.baseline,
             retry.candidate,
-            (Metric(msgs, must=0.8), Metric("cycle msg/s")),
+            (Metric(msgs, must=0.8), Metric("cycle msg/s"), CPU),
         ),
         Comparison(
             "latency",
@@ -128,6 +145,14 @@ def comparisons() -> list[Comparison]:
             baseline_label="raw move loop",
         ),
     ]
+
+
+def _no_uvloop() -> str | None:
+    try:
+        import uvloop  # noqa: F401
+    except ImportError:
+        return "uvloop is not installed (pip install 'rabbitq[uvloop]')"
+    return None
 
 
 SCENARIOS = sorted({c.scenario for c in comparisons()})
@@ -192,7 +217,13 @@ def _target(m: Metric) -> str:
     return ", ".join(parts)
 
 
-async def run(
+def measure(runner: Runner, cfg: Config, loop: str) -> dict[str, float]:
+    """One run of one side, on a fresh event loop of its own."""
+    with asyncio.Runner(loop_factory=rabbitq.loop.factory(loop)) as r:
+        return r.run(runner(cfg))
+
+
+def run(
     cfg: Config, selected: list[Comparison], *, verbose: bool, only_side: str | None = None
 ) -> list[Result]:
     results = [Result(c) for c in selected]
@@ -203,16 +234,19 @@ async def run(
             if result.skipped or result.error:
                 continue
             c = result.comparison
-            sides = [("baseline", c.baseline), ("rabbitq", c.candidate)]
+            sides = [
+                ("baseline", c.baseline, "asyncio"),
+                ("rabbitq", c.candidate, c.candidate_loop),
+            ]
             if rnd % 2:
                 sides.reverse()
             if only_side is not None:  # profiling one side
                 sides = [s for s in sides if s[0] == only_side]
-            for side, runner in sides:
+            for side, runner, loop in sides:
                 if verbose:
                     print(f"round {rnd + 1}: {c.name}: {side} ...", file=sys.stderr, flush=True)
                 try:
-                    figures = await runner(cfg)
+                    figures = measure(runner, cfg, loop)
                 except Exception as exc:
                     result.error = f"{side}: {type(exc).__name__}: {exc}"
                     if verbose:
@@ -327,7 +361,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     cfg = Config(url=check_local(args.url), n=args.n, rounds=args.rounds, quick=args.quick)
     selected = [c for c in comparisons() if not args.only or c.scenario in args.only]
-    results = asyncio.run(run(cfg, selected, verbose=args.verbose, only_side=args.side))
+    results = run(cfg, selected, verbose=args.verbose, only_side=args.side)
     if args.json:
         doc = {
             "n": cfg.n,

@@ -23,7 +23,7 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 
-from . import containers, logs
+from . import containers, logs, loop
 from .app import App, load_app
 from .codec import describe
 from .connection import connect
@@ -112,7 +112,7 @@ def worker(
     app = load_app(app_spec)
     worker = Worker(app, url=url, prefetch=prefetch, grace_period=grace_period)
     logs.configure(level=log_level, json=log_json, secrets=[url_password(worker.url) or ""])
-    asyncio.run(worker.run(install_signal_handlers=True))
+    loop.run(worker.run(install_signal_handlers=True))  # on uvloop if installed
     _exit_if_handlers_stuck()
 
 

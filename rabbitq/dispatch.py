@@ -69,7 +69,7 @@ class Outcome:
     attempt: int
     duration: float = 0.0
     error: str | None = None
-    traceback: str | None = None
+    traceback: str | None = None  # formatted for dead letters only
 
 
 def message_id_of(delivery: Delivery, type_name: str) -> str:
@@ -174,7 +174,9 @@ async def process(
             attempt,
             duration,
             error=h.format_error(failure),
-            traceback=h.format_traceback(failure),
+            # Only the DLQ copy carries it, and formatting one costs more than the rest
+            # of a retry (it reads the source lines of every frame).
+            traceback=h.format_traceback(failure) if isinstance(decision, DeadLetter) else None,
         )
     return Outcome(ACK, type_name, attempt, time.perf_counter() - started)
 
