@@ -7,6 +7,10 @@ is returned to the queue (nack, requeue). A lost connection leaves every unacked
 delivery to the broker, which redelivers it. Nothing is acked that is not safe.
 Acks are coalesced into multiple-acks by :mod:`rabbitq.acks`, which is handed a
 delivery only once its outcome is safe.
+
+The worker consumes on aiormq's channel under aio-pika's robust one (see
+:mod:`rabbitq.delivery` for why), so it consumes again itself whenever aio-pika
+reopens that channel (a reconnect, a channel error) or the broker cancels it.
 """
 
 from __future__ import annotations
@@ -19,18 +23,14 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import aio_pika
-from aio_pika.abc import (
-    AbstractChannel,
-    AbstractExchange,
-    AbstractIncomingMessage,
-    AbstractQueue,
-    AbstractRobustConnection,
-)
+import aiormq.abc
+from aio_pika.abc import AbstractExchange, AbstractRobustChannel, AbstractRobustConnection
 
 from . import headers as h
 from .acks import Acker
 from .app import App
-from .connection import connect
+from .connection import RECONNECT_INTERVAL, connect
+from .delivery import Incoming
 from .dispatch import UNKNOWN, Outcome, message_id_of, process, resolve_type
 from .errors import ConfigurationError, PublishError
 from .hooks import Hooks, combine
@@ -49,9 +49,7 @@ HANDLER_THREAD_PREFIX = "rabbitq-handler"
 REQUEUE_BACKOFF = 1.0
 
 
-def _copy(
-    delivery: AbstractIncomingMessage, type_name: str, headers: dict[str, Any]
-) -> aio_pika.Message:
+def _copy(delivery: Incoming, type_name: str, headers: dict[str, Any]) -> aio_pika.Message:
     """A persistent copy with the body and standard properties unchanged.
 
     Not carried: ``expiration`` (a copy must not silently expire in the DLQ) and
@@ -107,10 +105,12 @@ class Worker:
             max_workers=sync_workers or self.prefetch, thread_name_prefix=HANDLER_THREAD_PREFIX
         )
         self._connection: AbstractRobustConnection | None = None
-        self._consume_channel: AbstractChannel | None = None
+        self._consume_channel: AbstractRobustChannel | None = None
         self._copy_exchange: AbstractExchange | None = None
-        self._queue: AbstractQueue | None = None
+        # The aiormq channel we consume on, and our consumer's tag there.
+        self._consuming_on: aiormq.abc.AbstractChannel | None = None
         self._consumer_tag: str | None = None
+        self._resuming: asyncio.Task[None] | None = None
         self._coalesce_acks = coalesce_acks
         self._acker: Acker | None = None  # the acks of the current consume channel
         self._tasks: set[asyncio.Task[None]] = set()  # every delivery not yet settled
@@ -135,8 +135,9 @@ class Worker:
             )
             self._copy_exchange = copy_channel.default_exchange
             # Declared on the robust channel, so aio-pika re-declares it on reconnect.
-            self._queue = await declare(self._consume_channel, self.topology)
-            self._consumer_tag = await self._queue.consume(self._on_message)
+            await declare(self._consume_channel, self.topology)
+            await self._consume()
+            self._consume_channel.reopen_callbacks.add(self._on_reopened)
         except BaseException:
             await self._close_connection()
             raise
@@ -206,11 +207,58 @@ class Worker:
         if connected:  # a worker that never connected just reports the error
             log.info("worker for %r stopped", self._queue_name)
 
+    async def _consume(self) -> None:
+        """basic.consume on the robust channel's current aiormq channel."""
+        assert self._consume_channel is not None
+        channel = await self._consume_channel.get_underlay_channel()
+        ok = await channel.basic_consume(self._queue_name, self._on_delivery)
+        channel.on_consumer_cancel_callbacks.add(self._on_consumer_cancelled)
+        self._consuming_on, self._consumer_tag = channel, ok.consumer_tag
+
+    def _on_reopened(self, _sender: object) -> None:
+        # aio-pika reopened the channel (and re-declared the topology): consume on it.
+        self._resume(delay=0)
+
+    def _on_consumer_cancelled(self, frame: Any) -> None:
+        if self._stopping or frame.consumer_tag != self._consumer_tag:
+            return
+        log.error("the broker cancelled the consumer of %r (queue deleted?)", self._queue_name)
+        self.ready.clear()
+        self.hooks.consuming_changed(False)
+        self._resume(delay=RECONNECT_INTERVAL, declare_again=True)
+
+    def _resume(self, *, delay: float, declare_again: bool = False) -> None:
+        if self._stopping or (self._resuming is not None and not self._resuming.done()):
+            return
+        self._resuming = asyncio.create_task(self._consume_again(delay, declare_again))
+
+    async def _consume_again(self, delay: float, declare_again: bool) -> None:
+        """Consume again, every RECONNECT_INTERVAL until it works or the worker stops."""
+        while not self._stopping:
+            await asyncio.sleep(delay)
+            try:
+                if declare_again:
+                    assert self._consume_channel is not None
+                    await declare(self._consume_channel, self.topology)
+                await self._consume()
+            except Exception as exc:
+                log.warning("could not consume %r again (%s); retrying", self._queue_name, exc)
+                delay = RECONNECT_INTERVAL
+                continue
+            if not self._stopping:
+                self.ready.set()
+                self.hooks.consuming_changed(True)
+                log.info("consuming %r again", self._queue_name)
+            return
+
     async def _cancel_consumer(self) -> None:
-        if self._queue is None or self._consumer_tag is None:
+        if self._resuming is not None:
+            self._resuming.cancel()
+        channel, tag = self._consuming_on, self._consumer_tag
+        if channel is None or tag is None or channel.is_closed:
             return
         try:
-            await self._queue.cancel(self._consumer_tag)
+            await channel.basic_cancel(tag)
         except Exception as exc:  # the connection may already be gone; closing requeues all
             log.warning("could not cancel the consumer cleanly: %s", exc)
 
@@ -232,14 +280,13 @@ class Worker:
         log.warning("connection to RabbitMQ lost (%s); reconnecting", exc or "closed")
 
     def _on_reconnected(self, _sender: object) -> None:
+        # Ready again once the consumer is back (_consume_again, from _on_reopened).
         self.hooks.connection_changed(True)
-        if not self._stopping:
-            self.ready.set()
-        log.info("reconnected to RabbitMQ; consuming %r again", self._queue_name)
+        log.info("reconnected to RabbitMQ")
 
     # -- one delivery ------------------------------------------------------------
 
-    def _acker_for(self, delivery: AbstractIncomingMessage) -> Acker:
+    def _acker_for(self, delivery: Incoming) -> Acker:
         """The acker of the delivery's channel: delivery tags restart on a new channel."""
         channel = delivery.channel
         if self._acker is None or self._acker.channel is not channel:
@@ -248,11 +295,9 @@ class Worker:
             )
         return self._acker
 
-    async def _on_message(self, delivery: AbstractIncomingMessage) -> None:
-        try:
-            acker = self._acker_for(delivery)
-        except Exception:  # its channel is already closed: the broker will redeliver it
-            return
+    async def _on_delivery(self, message: aiormq.abc.DeliveredMessage) -> None:
+        delivery = Incoming(message)
+        acker = self._acker_for(delivery)
         if self._stopping:
             # Arrived between basic.cancel and its confirmation: give it back.
             await self._nack(delivery, resolve_type(delivery, self._queue_name), acker)
@@ -266,7 +311,7 @@ class Worker:
         self._handling.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _handle(self, delivery: AbstractIncomingMessage, acker: Acker) -> None:
+    async def _handle(self, delivery: Incoming, acker: Acker) -> None:
         task = asyncio.current_task()
         assert task is not None
         type_name = resolve_type(delivery, self._queue_name)
@@ -290,7 +335,7 @@ class Worker:
         await self._settle(delivery, outcome, type_name, acker)
 
     async def _settle(
-        self, delivery: AbstractIncomingMessage, outcome: Outcome, type_name: str, acker: Acker
+        self, delivery: Incoming, outcome: Outcome, type_name: str, acker: Acker
     ) -> None:
         """Ack, or store a confirmed copy and then ack; ``type_name`` is the resolved type,
         written to the copy (a retried message comes back with the queue as routing key)."""
@@ -319,7 +364,7 @@ class Worker:
             )
         else:
             acker.ack(
-                _tag(delivery),
+                delivery.delivery_tag,
                 functools.partial(self.hooks.succeeded, queue, outcome.type_name, outcome.duration),
             )
             return
@@ -341,9 +386,9 @@ class Worker:
             return
         # If the ack cannot be sent, the copy is stored and the original will be
         # redelivered: a duplicate, and no hook is called.
-        acker.ack(_tag(delivery), functools.partial(self._copied, delivery, outcome, target))
+        acker.ack(delivery.delivery_tag, functools.partial(self._copied, delivery, outcome, target))
 
-    def _copied(self, delivery: AbstractIncomingMessage, outcome: Outcome, target: str) -> None:
+    def _copied(self, delivery: Incoming, outcome: Outcome, target: str) -> None:
         """Log and report a delivery whose copy was confirmed and whose ack was sent."""
         queue = self._queue_name
         decision = outcome.decision
@@ -369,16 +414,10 @@ class Worker:
             )
             self.hooks.dead_lettered(queue, outcome.type_name, decision.reason, outcome.duration)
 
-    async def _nack(self, delivery: AbstractIncomingMessage, type_name: str, acker: Acker) -> None:
-        if not await acker.nack(_tag(delivery)):
+    async def _nack(self, delivery: Incoming, type_name: str, acker: Acker) -> None:
+        if not await acker.nack(delivery.delivery_tag):
             log.warning(
                 "could not return message %s: the broker will redeliver it",
                 delivery.message_id or "(no message_id)",
             )
         self.hooks.requeued(self._queue_name, type_name)
-
-
-def _tag(delivery: AbstractIncomingMessage) -> int:
-    tag = delivery.delivery_tag
-    assert tag is not None  # consumed with acks: every delivery has a tag
-    return tag
