@@ -22,9 +22,9 @@ import signal
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-import aio_pika
 import aiormq.abc
-from aio_pika.abc import AbstractExchange, AbstractRobustChannel, AbstractRobustConnection
+from aio_pika.abc import AbstractRobustChannel, AbstractRobustConnection
+from pamqp.commands import Basic
 
 from . import headers as h
 from .acks import Acker
@@ -34,7 +34,7 @@ from .delivery import Incoming
 from .dispatch import UNKNOWN, Outcome, message_id_of, process, resolve_type
 from .errors import ConfigurationError, PublishError
 from .hooks import Hooks, combine
-from .publisher import confirmed
+from .publisher import PERSISTENT, send_confirmed
 from .retry import DeadLetter, Retry
 from .settings import redact_url
 from .topology import Topology, declare
@@ -49,25 +49,24 @@ HANDLER_THREAD_PREFIX = "rabbitq-handler"
 REQUEUE_BACKOFF = 1.0
 
 
-def _copy(delivery: Incoming, type_name: str, headers: dict[str, Any]) -> aio_pika.Message:
-    """A persistent copy with the body and standard properties unchanged.
+def _copy(delivery: Incoming, type_name: str, headers: dict[str, Any]) -> Basic.Properties:
+    """The properties of a persistent copy: the standard ones unchanged.
 
     Not carried: ``expiration`` (a copy must not silently expire in the DLQ) and
     ``user_id`` (the broker checks it against the publishing user).
     """
-    return aio_pika.Message(
-        body=delivery.body,
+    return Basic.Properties(
         headers=headers,
         content_type=delivery.content_type,
         content_encoding=delivery.content_encoding,
-        delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
+        delivery_mode=PERSISTENT,
         priority=delivery.priority,
         correlation_id=delivery.correlation_id,
         reply_to=delivery.reply_to,
         # aiormq would give a copy without one a new random id on every attempt
         message_id=message_id_of(delivery, type_name),
         timestamp=delivery.timestamp,
-        type=type_name,
+        message_type=type_name,
         app_id=delivery.app_id,
     )
 
@@ -106,7 +105,7 @@ class Worker:
         )
         self._connection: AbstractRobustConnection | None = None
         self._consume_channel: AbstractRobustChannel | None = None
-        self._copy_exchange: AbstractExchange | None = None
+        self._copy_channel: AbstractRobustChannel | None = None
         # The aiormq channel we consume on, and our consumer's tag there.
         self._consuming_on: aiormq.abc.AbstractChannel | None = None
         self._consumer_tag: str | None = None
@@ -130,10 +129,9 @@ class Worker:
         try:
             self._consume_channel = await self._connection.channel(publisher_confirms=False)
             await self._consume_channel.set_qos(prefetch_count=self.prefetch)
-            copy_channel = await self._connection.channel(
+            self._copy_channel = await self._connection.channel(
                 publisher_confirms=True, on_return_raises=True
             )
-            self._copy_exchange = copy_channel.default_exchange
             # Declared on the robust channel, so aio-pika re-declares it on reconnect.
             await declare(self._consume_channel, self.topology)
             await self._consume()
@@ -369,10 +367,11 @@ class Worker:
             )
             return
 
-        copy = _copy(delivery, type_name, headers)
-        assert self._copy_exchange is not None
+        assert self._copy_channel is not None
         try:
-            await confirmed(self._copy_exchange, copy, target)
+            await send_confirmed(
+                self._copy_channel, "", target, delivery.body, _copy(delivery, type_name, headers)
+            )
         except PublishError as exc:
             log.error(
                 "could not store message %s in %s (%s); returning it to %r",

@@ -1,8 +1,10 @@
 """Publishing typed messages with publisher confirms, ``mandatory`` and persistence.
 
 ``publish()`` returns only after the broker confirmed the message; every way it can
-fail is a :class:`~rabbitq.errors.PublishError`. ``confirmed()`` is shared with the
-worker, which publishes its retry and DLQ copies the same way.
+fail is a :class:`~rabbitq.errors.PublishError`. ``send_confirmed()`` is shared with
+the worker, which publishes its retry and DLQ copies the same way. Both hand aiormq
+the body and pamqp's properties directly: building an ``aio_pika.Message`` per
+message cost more than the rest of ``publish()`` (see docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import aio_pika
 import aiormq
 from aio_pika.abc import AbstractChannel, AbstractExchange, AbstractRobustConnection
+from pamqp.commands import Basic
 
 from . import headers as h
 from .codec import CONTENT_TYPE, encode
@@ -30,24 +33,53 @@ if TYPE_CHECKING:
     from .app import App
 
 DEFAULT_WINDOW = 512
+PERSISTENT = 2  # delivery_mode
 
 
 async def confirmed(
     exchange: AbstractExchange, message: aio_pika.Message, routing_key: str
 ) -> None:
     """Publish ``message`` mandatory and wait for the confirm, or raise a PublishError."""
-    where = f"exchange {exchange.name or '(default)'!r} with routing key {routing_key!r}"
     try:
         await exchange.publish(message, routing_key=routing_key, mandatory=True)
-    except aiormq.exceptions.PublishError as exc:  # returned: the broker could not route it
-        raise Unroutable(f"no queue is bound to {where}; nothing was stored") from exc
-    except aiormq.exceptions.DeliveryError as exc:
-        raise PublishNacked(f"the broker refused the message sent to {where}") from exc
-    except (aiormq.exceptions.AMQPError, ConnectionError, OSError, RuntimeError) as exc:
-        raise PublishInterrupted(
-            f"the connection closed before the broker confirmed the message sent to {where} "
-            f"({type(exc).__name__}); it may or may not have been stored"
-        ) from exc
+    except _FAILURES as exc:
+        raise publish_error(exc, exchange.name, routing_key) from exc
+
+
+async def send_confirmed(
+    channel: AbstractChannel,
+    exchange: str,
+    routing_key: str,
+    body: bytes,
+    properties: Basic.Properties,
+) -> None:
+    """Publish mandatory on ``channel`` (opened with confirms and ``on_return_raises``)
+    and wait for the confirm, or raise a PublishError."""
+    try:
+        if channel.is_closed:  # as aio-pika does: fail now rather than wait for a reconnect
+            raise aiormq.exceptions.ChannelInvalidStateError(f"{channel!r} closed")
+        underlay = await channel.get_underlay_channel()
+        await underlay.basic_publish(
+            body, exchange=exchange, routing_key=routing_key, properties=properties, mandatory=True
+        )
+    except _FAILURES as exc:
+        raise publish_error(exc, exchange, routing_key) from exc
+
+
+_FAILURES = (aiormq.exceptions.AMQPError, ConnectionError, OSError, RuntimeError)
+
+
+def publish_error(exc: BaseException, exchange: str, routing_key: str) -> PublishError:
+    """aiormq's or the connection's error as one of rabbitq's PublishError subclasses."""
+    where = f"exchange {exchange or '(default)'!r} with routing key {routing_key!r}"
+    if isinstance(exc, aiormq.exceptions.PublishError):  # returned: the broker could not route it
+        return Unroutable(f"no queue is bound to {where}; nothing was stored")
+    if isinstance(exc, aiormq.exceptions.DeliveryError):
+        return PublishNacked(f"the broker refused the message sent to {where}")
+    return PublishInterrupted(
+        f"the connection closed before the broker confirmed the message sent to {where} "
+        f"({type(exc).__name__}); it may or may not have been stored"
+    )
 
 
 def error_kind(exc: PublishError) -> str:
@@ -78,6 +110,29 @@ def build(
         reply_to=reply_to,
         timestamp=datetime.now(UTC),
         headers=dict(headers) if headers else None,
+    )
+
+
+def wire_properties(
+    message: Message,
+    *,
+    message_id: str | None = None,
+    correlation_id: str | None = None,
+    headers: Mapping[str, Any] | None = None,
+    reply_to: str | None = None,
+) -> Basic.Properties:
+    """:func:`build`'s properties, without the ``aio_pika.Message`` (the same on the wire:
+    aio-pika also sends an empty header table and priority 0)."""
+    return Basic.Properties(
+        content_type=CONTENT_TYPE,
+        delivery_mode=PERSISTENT,
+        message_type=message.type_name(),
+        message_id=message_id or uuid.uuid4().hex,
+        correlation_id=correlation_id or None,
+        reply_to=reply_to or None,
+        timestamp=datetime.now(UTC),
+        headers=dict(headers) if headers else {},
+        priority=0,
     )
 
 
@@ -136,15 +191,16 @@ class Publisher:
             await self._connection.close()
             self._connection = None
 
-    def _target(self, type_name: str, delay: float | None) -> tuple[AbstractExchange, str]:
+    def _target(self, type_name: str, delay: float | None) -> tuple[AbstractChannel, str, str]:
+        """The channel, exchange name and routing key to publish to."""
         if self._exchange is None or self._channel is None:
             raise PublishInterrupted("the publisher is not open: use 'async with app.publisher()'")
         if delay is None:
-            return self._exchange, type_name
+            return self._channel, self._app.exchange, type_name
         # A delayed message waits in this app's retry queue of that delay and then
         # reaches this app's queue only, like a retry.
         spec = self._app.topology().retry_queue(delay_ms(delay))
-        return self._channel.default_exchange, spec.name
+        return self._channel, "", spec.name
 
     async def publish(
         self,
@@ -162,14 +218,14 @@ class Publisher:
         waits in that retry queue and is delivered to this app's queue only.
         """
         type_name = message.type_name()
-        exchange, routing_key = self._target(type_name, delay)
+        channel, exchange, routing_key = self._target(type_name, delay)
         if delay is not None:
             headers = {
                 **(headers or {}),
                 h.ORIGINAL_EXCHANGE: self._app.exchange,
                 h.ORIGINAL_ROUTING_KEY: type_name,
             }
-        amqp = build(
+        properties = wire_properties(
             message,
             message_id=message_id,
             correlation_id=correlation_id,
@@ -177,13 +233,13 @@ class Publisher:
             reply_to=reply_to,
         )
         try:
-            await confirmed(exchange, amqp, routing_key)
+            await send_confirmed(channel, exchange, routing_key, encode(message), properties)
         except PublishError as exc:
             self._hooks.publish_failed(self._app.exchange, type_name, error_kind(exc))
             raise
         self._hooks.published(self._app.exchange, type_name)
-        assert amqp.message_id is not None
-        return amqp.message_id
+        assert properties.message_id is not None
+        return properties.message_id
 
     async def publish_many(
         self, messages: Iterable[Message], *, window: int = DEFAULT_WINDOW
