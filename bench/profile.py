@@ -5,8 +5,8 @@
     python -m bench.profile top prof.txt            # where the time goes
     python -m bench.profile clean Q                 # delete Q and its exchange
 
-``consume`` takes ``baseline``, ``rabbitq`` or ``rabbitq-ack-each`` (acks not coalesced)
-and prints the rate it reached.
+``consume`` takes ``baseline``, ``rabbitq``, ``rabbitq-ack-each`` (acks not coalesced) or
+``rabbitq-uvloop`` and prints the rate it reached and the client's CPU per message.
 ``top`` reads py-spy's raw (collapsed) output and prints the functions with the most
 samples, by self time and by inclusive time, as percentages of all samples.
 """
@@ -17,6 +17,8 @@ import asyncio
 import sys
 from collections import Counter
 
+import rabbitq.loop
+
 from . import consume
 from .common import DEFAULT_URL, Config, bench_app, check_local, connection, delete, job, prefill
 
@@ -24,6 +26,7 @@ from .common import DEFAULT_URL, Config, bench_app, check_local, connection, del
 SIDES: dict[str, dict[str, object]] = {
     "rabbitq": {},
     "rabbitq-ack-each": {"coalesce_acks": False},
+    "rabbitq-uvloop": {},  # the same, on uvloop
 }
 
 
@@ -84,7 +87,8 @@ def main() -> None:
     elif cmd == "clean":
         asyncio.run(clean(args[0]))
     elif cmd == "consume":
-        asyncio.run(run(args[0], args[1], int(args[2])))
+        loop = "uvloop" if args[0].endswith("-uvloop") else "asyncio"
+        rabbitq.loop.run(run(args[0], args[1], int(args[2])), loop=loop)
     elif cmd == "top":
         top(args[0], int(args[1]) if len(args) > 1 else 25)
     else:

@@ -154,7 +154,6 @@ class Acker:
         self._ledger = AckLedger()
         self._after: dict[int, After | None] = {}
         self._loop = asyncio.get_running_loop()
-        self._scheduled = False
         self._timer: asyncio.TimerHandle | None = None
         self._sender: asyncio.Task[None] | None = None
 
@@ -188,21 +187,12 @@ class Acker:
             await self._sender
 
     def _schedule(self) -> None:
-        if self._scheduled:
-            return
         if self._ledger.pending >= self.batch:
-            self._scheduled = True
-            # After the other handlers that finish in this turn of the loop.
-            self._loop.call_soon(self._kick)
+            # The sender's first step comes after the other handlers that finish in
+            # this turn of the loop, so their acks go in the same frame.
+            self._start()
         elif self._timer is None:
             self._timer = self._loop.call_later(self.delay, self._on_timer)
-
-    def _kick(self) -> None:
-        self._scheduled = False
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        self._start()
 
     def _on_timer(self) -> None:
         self._timer = None
