@@ -97,13 +97,10 @@ class Config:
 
 
 def bench_app(queue: str, *, prefetch: int = 256, delays: tuple[float, ...] = (60,)) -> App:
-    """An app on its own queue and exchange (deleted by :func:`cleanup`)."""
+    """An app on its own queue and exchange (deleted by :func:`topology`), with the
+    default handler time limit, as a user would have it."""
     return App(
-        queue=queue,
-        exchange=queue + ".x",
-        prefetch=prefetch,
-        retry=RetryPolicy(delays=delays),
-        timeout=None,
+        queue=queue, exchange=queue + ".x", prefetch=prefetch, retry=RetryPolicy(delays=delays)
     )
 
 
