@@ -23,7 +23,7 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 
-from . import containers, logs
+from . import containers, logs, loop
 from .app import App, load_app
 from .codec import describe
 from .connection import connect
@@ -215,7 +215,7 @@ def worker(
         consumer_timeout=consumer_timeout,
     )
     logs.configure(level=log_level, json=log_json, secrets=[url_password(worker.url) or ""])
-    asyncio.run(_run_worker(worker, metrics, metrics_port, metrics_bind))
+    loop.run(_run_worker(worker, metrics, metrics_port, metrics_bind))  # uvloop if installed
     _exit_if_handlers_stuck()
 
 

@@ -5,34 +5,38 @@ The order of operations is the guarantee: a retry or DLQ copy is published and
 *confirmed* before the original is acked; if the copy cannot be confirmed the original
 is returned to the queue (nack, requeue). A lost connection leaves every unacked
 delivery to the broker, which redelivers it. Nothing is acked that is not safe.
+Acks are coalesced into multiple-acks by :mod:`rabbitq.acks`, which is handed a
+delivery only once its outcome is safe.
+
+The worker consumes on aiormq's channel under aio-pika's robust one (see
+:mod:`rabbitq.delivery` for why), so it consumes again itself whenever aio-pika
+reopens that channel (a reconnect, a channel error) or the broker cancels it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import signal
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-import aio_pika
-from aio_pika.abc import (
-    AbstractChannel,
-    AbstractExchange,
-    AbstractIncomingMessage,
-    AbstractQueue,
-    AbstractRobustConnection,
-)
+import aiormq.abc
+from aio_pika.abc import AbstractRobustChannel, AbstractRobustConnection
+from pamqp.commands import Basic
 
 from . import headers as h
 from . import limits
+from .acks import Acker
 from .app import App
-from .breaker import BreakerGuard
-from .connection import connect
+from .breaker import OPEN, BreakerGuard
+from .connection import RECONNECT_INTERVAL, connect
+from .delivery import Incoming
 from .dispatch import UNKNOWN, Outcome, message_id_of, process, resolve_type
 from .errors import ConfigurationError, PublishError
 from .hooks import Hooks, combine
-from .publisher import confirmed
+from .publisher import PERSISTENT, send_confirmed
 from .retry import DeadLetter, Retry
 from .settings import TLS, Settings, redact_url
 from .topology import Topology, declare
@@ -47,27 +51,24 @@ HANDLER_THREAD_PREFIX = "rabbitq-handler"
 REQUEUE_BACKOFF = 1.0
 
 
-def _copy(
-    delivery: AbstractIncomingMessage, type_name: str, headers: dict[str, Any]
-) -> aio_pika.Message:
-    """A persistent copy with the body and standard properties unchanged.
+def _copy(delivery: Incoming, type_name: str, headers: dict[str, Any]) -> Basic.Properties:
+    """The properties of a persistent copy: the standard ones unchanged.
 
     Not carried: ``expiration`` (a copy must not silently expire in the DLQ) and
     ``user_id`` (the broker checks it against the publishing user).
     """
-    return aio_pika.Message(
-        body=delivery.body,
+    return Basic.Properties(
         headers=headers,
         content_type=delivery.content_type,
         content_encoding=delivery.content_encoding,
-        delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
+        delivery_mode=PERSISTENT,
         priority=delivery.priority,
         correlation_id=delivery.correlation_id,
         reply_to=delivery.reply_to,
         # aiormq would give a copy without one a new random id on every attempt
         message_id=message_id_of(delivery, type_name),
         timestamp=delivery.timestamp,
-        type=type_name,
+        message_type=type_name,
         app_id=delivery.app_id,
     )
 
@@ -91,6 +92,7 @@ class Worker:
         sync_workers: int | None = None,
         tls: TLS | None = None,
         consumer_timeout: float | None = None,
+        coalesce_acks: bool = True,
     ) -> None:
         if not app.handlers:
             raise ConfigurationError(f"{app!r} has no handlers: register one with @app.handler")
@@ -111,10 +113,14 @@ class Worker:
             max_workers=sync_workers or self.prefetch, thread_name_prefix=HANDLER_THREAD_PREFIX
         )
         self._connection: AbstractRobustConnection | None = None
-        self._consume_channel: AbstractChannel | None = None
-        self._copy_exchange: AbstractExchange | None = None
-        self._queue: AbstractQueue | None = None
+        self._consume_channel: AbstractRobustChannel | None = None
+        self._copy_channel: AbstractRobustChannel | None = None
+        # The aiormq channel we consume on, and our consumer's tag there.
+        self._consuming_on: aiormq.abc.AbstractChannel | None = None
         self._consumer_tag: str | None = None
+        self._resuming: asyncio.Task[None] | None = None
+        self._coalesce_acks = coalesce_acks
+        self._acker: Acker | None = None  # the acks of the current consume channel
         self._tasks: set[asyncio.Task[None]] = set()  # every delivery not yet settled
         self._handling: set[asyncio.Task[None]] = set()  # those still in their handler
         self._stop = asyncio.Event()
@@ -149,13 +155,13 @@ class Worker:
             self._consume_channel.close_callbacks.add(limits.on_channel_closed)
             await self._consume_channel.set_qos(prefetch_count=self.prefetch)
             self.hooks.prefetch_changed(self._queue_name, self.prefetch)
-            copy_channel = await self._connection.channel(
+            self._copy_channel = await self._connection.channel(
                 publisher_confirms=True, on_return_raises=True
             )
-            self._copy_exchange = copy_channel.default_exchange
             # Declared on the robust channel, so aio-pika re-declares it on reconnect.
-            self._queue = await declare(self._consume_channel, self.topology)
+            await declare(self._consume_channel, self.topology)
             await self._consume()
+            self._consume_channel.reopen_callbacks.add(self._on_reopened)
         except BaseException:
             await self._close_connection()
             raise
@@ -224,6 +230,8 @@ class Worker:
         if self._tasks:
             # Settling (a confirm, an ack) is short; it is never cancelled half-way.
             await asyncio.wait(list(self._tasks), timeout=10)
+        if self._acker is not None:
+            await self._acker.flush()  # the acks still waiting to be coalesced
         connected = self._connection is not None
         await self._close_connection()
         self._executor.shutdown(wait=False, cancel_futures=True)
@@ -231,15 +239,61 @@ class Worker:
             log.info("worker for %r stopped", self._queue_name)
 
     async def _consume(self) -> None:
-        if self._queue is not None and self._consumer_tag is None and not self._stopping:
-            self._consumer_tag = await self._queue.consume(self._on_message)
+        """basic.consume on the robust channel's current aiormq channel, unless the
+        worker is stopping or a circuit breaker holds the queue paused."""
+        if self._stopping or (self.breakers is not None and self.breakers.state == OPEN):
+            return
+        assert self._consume_channel is not None
+        channel = await self._consume_channel.get_underlay_channel()
+        ok = await channel.basic_consume(self._queue_name, self._on_delivery)
+        channel.on_consumer_cancel_callbacks.add(self._on_consumer_cancelled)
+        self._consuming_on, self._consumer_tag = channel, ok.consumer_tag
+
+    def _on_reopened(self, _sender: object) -> None:
+        # aio-pika reopened the channel (and re-declared the topology): consume on it.
+        self._resume(delay=0)
+
+    def _on_consumer_cancelled(self, frame: Any) -> None:
+        if self._stopping or frame.consumer_tag != self._consumer_tag:
+            return
+        log.error("the broker cancelled the consumer of %r (queue deleted?)", self._queue_name)
+        self.ready.clear()
+        self.hooks.consuming_changed(self._queue_name, False)
+        self._resume(delay=RECONNECT_INTERVAL, declare_again=True)
+
+    def _resume(self, *, delay: float, declare_again: bool = False) -> None:
+        if self._stopping or (self._resuming is not None and not self._resuming.done()):
+            return
+        self._resuming = asyncio.create_task(self._consume_again(delay, declare_again))
+
+    async def _consume_again(self, delay: float, declare_again: bool) -> None:
+        """Consume again, every RECONNECT_INTERVAL until it works or the worker stops."""
+        while not self._stopping:
+            await asyncio.sleep(delay)
+            try:
+                if declare_again:
+                    assert self._consume_channel is not None
+                    await declare(self._consume_channel, self.topology)
+                await self._consume()
+            except Exception as exc:
+                log.warning("could not consume %r again (%s); retrying", self._queue_name, exc)
+                delay = RECONNECT_INTERVAL
+                continue
+            if not self._stopping:
+                self.ready.set()
+                self.hooks.consuming_changed(self._queue_name, True)
+                log.info("consuming %r again", self._queue_name)
+            return
 
     async def _cancel_consumer(self) -> None:
-        if self._queue is None or self._consumer_tag is None:
+        if self._resuming is not None:
+            self._resuming.cancel()
+        channel, tag = self._consuming_on, self._consumer_tag
+        if channel is None or tag is None or channel.is_closed:
             return
-        tag, self._consumer_tag = self._consumer_tag, None
+        self._consumer_tag = None
         try:
-            await self._queue.cancel(tag)
+            await channel.basic_cancel(tag)
         except Exception as exc:  # the connection may already be gone; closing requeues all
             log.warning("could not cancel the consumer cleanly: %s", exc)
 
@@ -261,28 +315,38 @@ class Worker:
         log.warning("connection to RabbitMQ lost (%s); reconnecting", exc or "closed")
 
     def _on_reconnected(self, _sender: object) -> None:
+        # Ready again once the consumer is back (_consume_again, from _on_reopened).
         self.hooks.connection_changed(True)
-        if not self._stopping:
-            self.ready.set()
-        log.info("reconnected to RabbitMQ; consuming %r again", self._queue_name)
+        log.info("reconnected to RabbitMQ")
 
     # -- one delivery ------------------------------------------------------------
 
-    async def _on_message(self, delivery: AbstractIncomingMessage) -> None:
+    def _acker_for(self, delivery: Incoming) -> Acker:
+        """The acker of the delivery's channel: delivery tags restart on a new channel."""
+        channel = delivery.channel
+        if self._acker is None or self._acker.channel is not channel:
+            self._acker = Acker(
+                channel, coalesce=self._coalesce_acks, batch=max(1, min(64, self.prefetch // 4))
+            )
+        return self._acker
+
+    async def _on_delivery(self, message: aiormq.abc.DeliveredMessage) -> None:
+        delivery = Incoming(message)
+        acker = self._acker_for(delivery)
         if self._stopping:
             # Arrived between basic.cancel and its confirmation: give it back.
-            await self._nack(delivery, resolve_type(delivery, self._queue_name))
+            await self._nack(delivery, resolve_type(delivery, self._queue_name), acker)
             return
         # The handler runs in a task of our own, not in aiormq's delivery task: aiormq
         # cancels its tasks when the channel closes, and a lost connection must not
         # interrupt a handler half-way through sending an email. Its ack then fails
         # and the broker redelivers the message, which is logged as such.
-        task = asyncio.create_task(self._handle(delivery))
+        task = asyncio.create_task(self._handle(delivery, acker))
         self._tasks.add(task)
         self._handling.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _handle(self, delivery: AbstractIncomingMessage) -> None:
+    async def _handle(self, delivery: Incoming, acker: Acker) -> None:
         task = asyncio.current_task()
         assert task is not None
         type_name = resolve_type(delivery, self._queue_name)
@@ -295,7 +359,7 @@ class Worker:
                     delivery.message_id or "(no message_id)",
                 )
             if self.breakers is not None and not await self.breakers.admit(type_name):
-                await self._nack(delivery, type_name)  # circuit open: back, no attempt used
+                await self._nack(delivery, type_name, acker)  # circuit open: back, no attempt used
                 return
             outcome = await process(
                 self._handlers, self._queue_name, delivery, self._executor, type_name
@@ -303,20 +367,20 @@ class Worker:
             if self.breakers is not None:
                 self.breakers.record(type_name, outcome.decision)
         except asyncio.CancelledError:  # shutdown after the grace period
-            await self._nack(delivery, type_name)
+            await self._nack(delivery, type_name, acker)
             raise
         finally:
             self._handling.discard(task)
             self.hooks.handler_finished(self._queue_name)
         try:
-            await self._settle(delivery, outcome, type_name)
+            await self._settle(delivery, outcome, type_name, acker)
         except Exception:  # a bug must not leave a delivery unsettled until the channel dies
             log.exception("could not settle message %s; returning it", delivery.message_id or "-")
             await asyncio.sleep(REQUEUE_BACKOFF)
-            await self._nack(delivery, type_name)
+            await self._nack(delivery, type_name, acker)
 
     async def _settle(
-        self, delivery: AbstractIncomingMessage, outcome: Outcome, type_name: str
+        self, delivery: Incoming, outcome: Outcome, type_name: str, acker: Acker
     ) -> None:
         """Ack, or store a confirmed copy and then ack; ``type_name`` is the resolved type,
         written to the copy (a retried message comes back with the queue as routing key)."""
@@ -344,14 +408,17 @@ class Worker:
                 routing_key=delivery.routing_key or "",
             )
         else:
-            if await self._ack(delivery):
-                self.hooks.succeeded(queue, outcome.type_name, outcome.duration)
+            acker.ack(
+                delivery.delivery_tag,
+                functools.partial(self.hooks.succeeded, queue, outcome.type_name, outcome.duration),
+            )
             return
 
-        copy = _copy(delivery, type_name, headers)
-        assert self._copy_exchange is not None
+        assert self._copy_channel is not None
         try:
-            await confirmed(self._copy_exchange, copy, target)
+            await send_confirmed(
+                self._copy_channel, "", target, delivery.body, _copy(delivery, type_name, headers)
+            )
         except PublishError as exc:
             log.error(
                 "could not store message %s in %s (%s); returning it to %r",
@@ -361,10 +428,16 @@ class Worker:
                 queue,
             )
             await asyncio.sleep(REQUEUE_BACKOFF)
-            await self._nack(delivery, outcome.type_name)
+            await self._nack(delivery, outcome.type_name, acker)
             return
-        if not await self._ack(delivery):
-            return  # the copy is stored and the original will be redelivered: a duplicate
+        # If the ack cannot be sent, the copy is stored and the original will be
+        # redelivered: a duplicate, and no hook is called.
+        acker.ack(delivery.delivery_tag, functools.partial(self._copied, delivery, outcome, target))
+
+    def _copied(self, delivery: Incoming, outcome: Outcome, target: str) -> None:
+        """Log and report a delivery whose copy was confirmed and whose ack was sent."""
+        queue = self._queue_name
+        decision = outcome.decision
         if isinstance(decision, Retry):
             log.info(
                 "message %s (%s) failed attempt %d, retrying in %s: %s",
@@ -387,25 +460,10 @@ class Worker:
             )
             self.hooks.dead_lettered(queue, outcome.type_name, decision.reason, outcome.duration)
 
-    async def _ack(self, delivery: AbstractIncomingMessage) -> bool:
-        try:
-            await delivery.ack()
-        except Exception as exc:
+    async def _nack(self, delivery: Incoming, type_name: str, acker: Acker) -> None:
+        if not await acker.nack(delivery.delivery_tag):
             log.warning(
-                "could not ack message %s (%s): the broker will redeliver it",
+                "could not return message %s: the broker will redeliver it",
                 delivery.message_id or "(no message_id)",
-                type(exc).__name__,
-            )
-            return False
-        return True
-
-    async def _nack(self, delivery: AbstractIncomingMessage, type_name: str) -> None:
-        try:
-            await delivery.nack(requeue=True)
-        except Exception as exc:
-            log.warning(
-                "could not return message %s (%s): the broker will redeliver it",
-                delivery.message_id or "(no message_id)",
-                type(exc).__name__,
             )
         self.hooks.requeued(self._queue_name, type_name)

@@ -1,8 +1,10 @@
 """Publishing typed messages with publisher confirms, ``mandatory`` and persistence.
 
 ``publish()`` returns only after the broker confirmed the message; every way it can
-fail is a :class:`~rabbitq.errors.PublishError`. ``confirmed()`` is shared with the
-worker, which publishes its retry and DLQ copies the same way.
+fail is a :class:`~rabbitq.errors.PublishError`. ``send_confirmed()`` is shared with
+the worker, which publishes its retry and DLQ copies the same way. Both hand aiormq
+the body and pamqp's properties directly: building an ``aio_pika.Message`` per
+message cost more than the rest of ``publish()`` (see docs/benchmarks.md).
 
 By default a publish fails at once when the connection is down. A publisher opened
 with ``retry_for=S`` keeps trying (connecting, and each unconfirmed publish) with
@@ -15,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Awaitable, Iterable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from datetime import UTC, datetime
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -23,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 import aio_pika
 import aiormq
 from aio_pika.abc import AbstractChannel, AbstractExchange, AbstractRobustConnection
+from pamqp.commands import Basic
 
 from . import headers as h
 from .codec import CONTENT_TYPE, encode
@@ -45,6 +48,7 @@ if TYPE_CHECKING:
     from .app import App
 
 DEFAULT_WINDOW = 512
+PERSISTENT = 2  # delivery_mode
 # Waits between attempts of a publisher with ``retry_for``: doubling, capped.
 RETRY_FIRST_WAIT = 0.1
 RETRY_MAX_WAIT = 2.0
@@ -62,22 +66,50 @@ async def confirmed(
     exchange: AbstractExchange, message: aio_pika.Message, routing_key: str
 ) -> None:
     """Publish ``message`` mandatory and wait for the confirm, or raise a PublishError."""
-    where = f"exchange {exchange.name or '(default)'!r} with routing key {routing_key!r}"
     try:
         await exchange.publish(message, routing_key=routing_key, mandatory=True)
-    except aiormq.exceptions.PublishError as exc:  # returned: the broker could not route it
-        raise Unroutable(f"no queue is bound to {where}; nothing was stored") from exc
-    except aiormq.exceptions.DeliveryError as exc:
-        raise PublishNacked(f"the broker refused the message sent to {where}") from exc
-    except aiormq.exceptions.ChannelInvalidStateError as exc:  # checked before sending
-        raise PublishInterrupted(
+    except _FAILURES as exc:
+        raise publish_error(exc, exchange.name, routing_key) from exc
+
+
+async def send_confirmed(
+    channel: AbstractChannel,
+    exchange: str,
+    routing_key: str,
+    body: bytes,
+    properties: Basic.Properties,
+) -> None:
+    """Publish mandatory on ``channel`` (opened with confirms and ``on_return_raises``)
+    and wait for the confirm, or raise a PublishError."""
+    try:
+        if channel.is_closed:  # as aio-pika does: fail now rather than wait for a reconnect
+            raise aiormq.exceptions.ChannelInvalidStateError(f"{channel!r} closed")
+        underlay = await channel.get_underlay_channel()
+        await underlay.basic_publish(
+            body, exchange=exchange, routing_key=routing_key, properties=properties, mandatory=True
+        )
+    except _FAILURES as exc:
+        raise publish_error(exc, exchange, routing_key) from exc
+
+
+_FAILURES = (aiormq.exceptions.AMQPError, ConnectionError, OSError, RuntimeError)
+
+
+def publish_error(exc: BaseException, exchange: str, routing_key: str) -> PublishError:
+    """aiormq's or the connection's error as one of rabbitq's PublishError subclasses."""
+    where = f"exchange {exchange or '(default)'!r} with routing key {routing_key!r}"
+    if isinstance(exc, aiormq.exceptions.PublishError):  # returned: the broker could not route it
+        return Unroutable(f"no queue is bound to {where}; nothing was stored")
+    if isinstance(exc, aiormq.exceptions.DeliveryError):
+        return PublishNacked(f"the broker refused the message sent to {where}")
+    if isinstance(exc, aiormq.exceptions.ChannelInvalidStateError):  # checked before sending
+        return PublishInterrupted(
             f"not connected to RabbitMQ: nothing was sent to {where} ({exc or 'channel closed'})"
-        ) from exc
-    except (aiormq.exceptions.AMQPError, ConnectionError, OSError, RuntimeError) as exc:
-        raise PublishInterrupted(
-            f"the connection closed before the broker confirmed the message sent to {where} "
-            f"({type(exc).__name__}); it may or may not have been stored"
-        ) from exc
+        )
+    return PublishInterrupted(
+        f"the connection closed before the broker confirmed the message sent to {where} "
+        f"({type(exc).__name__}); it may or may not have been stored"
+    )
 
 
 def error_kind(exc: PublishError) -> str:
@@ -108,6 +140,29 @@ def build(
         reply_to=reply_to,
         timestamp=datetime.now(UTC),
         headers=dict(headers) if headers else None,
+    )
+
+
+def wire_properties(
+    message: Message,
+    *,
+    message_id: str | None = None,
+    correlation_id: str | None = None,
+    headers: Mapping[str, Any] | None = None,
+    reply_to: str | None = None,
+) -> Basic.Properties:
+    """:func:`build`'s properties, without the ``aio_pika.Message`` (the same on the wire:
+    aio-pika also sends an empty header table and priority 0)."""
+    return Basic.Properties(
+        content_type=CONTENT_TYPE,
+        delivery_mode=PERSISTENT,
+        message_type=message.type_name(),
+        message_id=message_id or uuid.uuid4().hex,
+        correlation_id=correlation_id or None,
+        reply_to=reply_to or None,
+        timestamp=datetime.now(UTC),
+        headers=dict(headers) if headers else {},
+        priority=0,
     )
 
 
@@ -202,15 +257,16 @@ class Publisher:
             await self._connection.close()
             self._connection = None
 
-    def _target(self, type_name: str, delay: float | None) -> tuple[AbstractExchange, str]:
+    def _target(self, type_name: str, delay: float | None) -> tuple[AbstractChannel, str, str]:
+        """The channel, exchange name and routing key to publish to."""
         if self._exchange is None or self._channel is None:
             raise PublishInterrupted("the publisher is not open: use 'async with app.publisher()'")
         if delay is None:
-            return self._exchange, type_name
+            return self._channel, self._app.exchange, type_name
         # A delayed message waits in this app's retry queue of that delay and then
         # reaches this app's queue only, like a retry.
         spec = self._app.topology().retry_queue(delay_ms(delay))
-        return self._channel.default_exchange, spec.name
+        return self._channel, "", spec.name
 
     async def publish(
         self,
@@ -228,14 +284,14 @@ class Publisher:
         waits in that retry queue and is delivered to this app's queue only.
         """
         type_name = message.type_name()
-        exchange, routing_key = self._target(type_name, delay)
+        channel, exchange, routing_key = self._target(type_name, delay)
         if delay is not None:
             headers = {
                 **(headers or {}),
                 h.ORIGINAL_EXCHANGE: self._app.exchange,
                 h.ORIGINAL_ROUTING_KEY: type_name,
             }
-        amqp = build(
+        properties = wire_properties(
             message,
             message_id=message_id,
             correlation_id=correlation_id,
@@ -244,20 +300,22 @@ class Publisher:
         )
         try:
             if self._retry_for is None:
-                await confirmed(exchange, amqp, routing_key)
+                await send_confirmed(channel, exchange, routing_key, encode(message), properties)
             else:
-                await self._confirmed_within(self._retry_for, exchange, amqp, routing_key)
+                body = encode(message)
+                await self._within(
+                    self._retry_for,
+                    lambda: send_confirmed(channel, exchange, routing_key, body, properties),
+                )
         except PublishError as exc:
             self._hooks.publish_failed(self._app.exchange, type_name, error_kind(exc))
             raise
         self._hooks.published(self._app.exchange, type_name)
-        assert amqp.message_id is not None
-        return amqp.message_id
+        assert properties.message_id is not None
+        return properties.message_id
 
-    async def _confirmed_within(
-        self, seconds: float, exchange: AbstractExchange, amqp: aio_pika.Message, routing_key: str
-    ) -> None:
-        """``confirmed()``, retried after an interruption until ``seconds`` have passed.
+    async def _within(self, seconds: float, send: Callable[[], Awaitable[None]]) -> None:
+        """``send()``, retried after an interruption until ``seconds`` have passed.
 
         Only :class:`PublishInterrupted` is retried (the robust connection reconnects
         and restores the channel meanwhile); unroutable and nacked messages are not.
@@ -269,7 +327,7 @@ class Publisher:
             attempts += 1
             try:
                 async with asyncio.timeout(max(0.0, deadline - loop.time())):
-                    await confirmed(exchange, amqp, routing_key)
+                    await send()
                 return
             except PublishInterrupted as exc:
                 last: str = str(exc)

@@ -233,3 +233,24 @@ def test_deliver_sync_works_without_an_event_loop():
     result = deliver_sync(app, Charge(amount=-2), attempt=2)
     assert result.retried and result.delay == "10s"
     assert deliver_sync(app, b"{", type="unit.testing.charge").reason == "invalid"
+
+
+async def test_a_handler_that_swallows_its_timeout_cancellation_returns_normally():
+    app = App(queue="t.swallow", timeout=0.01)
+
+    @app.handler(TimeoutProbe)
+    async def swallow(msg: TimeoutProbe) -> None:
+        try:
+            await asyncio.sleep(1)
+        except asyncio.CancelledError:
+            pass  # a handler that ignores cancellation, as asyncio.timeout also allows
+
+    result = await deliver(app, TimeoutProbe())
+    assert result.acked
+    task = asyncio.current_task()
+    assert task is not None and task.cancelling() == 0
+    await asyncio.sleep(0)  # no cancellation of ours is left pending on this task
+
+
+class TimeoutProbe(Message, type="test.testing.timeout-probe"):
+    pass

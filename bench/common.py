@@ -1,0 +1,187 @@
+"""What every scenario shares: the broker URL, unique names, the benchmark message,
+fast pre-publishing, and the clock.
+
+Loopback only: the harness refuses a URL whose host is not 127.0.0.1 or localhost,
+so it can never load someone else's broker by accident.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+import aio_pika
+import orjson
+from aio_pika.abc import AbstractChannel, AbstractRobustConnection
+
+from rabbitq import App, Message, RetryPolicy
+from rabbitq.publisher import build
+from rabbitq.topology import declare
+
+DEFAULT_URL = "amqp://guest:guest@127.0.0.1:5672/"
+PREFILL_WINDOW = 1000
+
+clock = time.perf_counter
+
+
+class BenchJob(Message, type="bench.job"):
+    """A typical ~200-byte typed message (an email job)."""
+
+    n: int
+    to: str
+    subject: str
+    body: str
+
+
+class BenchBlob(Message, type="bench.blob"):
+    """A 1 KiB message for the memory scenario."""
+
+    n: int
+    data: str
+
+
+class BenchStamp(Message, type="bench.stamp"):
+    """A message that carries its publish time (``perf_counter``) for latency."""
+
+    n: int
+    sent: float
+    pad: str
+
+
+def job(n: int) -> BenchJob:
+    return BenchJob(
+        n=n,
+        to=f"user{n:06d}@example.com",
+        subject="Your order has shipped",
+        body="Hello, your order is on its way and should arrive in three to five days. "
+        "Track it from your account page.",
+    )
+
+
+def blob(n: int) -> BenchBlob:
+    return BenchBlob(n=n, data="x" * 1000)
+
+
+def check_local(url: str) -> str:
+    """``url`` if it points at this machine, else a ``SystemExit`` with the reason."""
+    host = urlsplit(url).hostname or ""
+    if host not in ("127.0.0.1", "localhost", "::1"):
+        raise SystemExit(f"bench: refusing to load {host!r}: the harness runs on loopback only")
+    return url
+
+
+def unique(prefix: str) -> str:
+    """A queue name nobody else uses: ``bench.<prefix>.<hex>``."""
+    return f"bench.{prefix}.{uuid.uuid4().hex[:10]}"
+
+
+@dataclass(frozen=True)
+class Config:
+    """One harness run's sizes."""
+
+    url: str
+    n: int  # messages for consume (and the base for the others)
+    rounds: int
+    quick: bool
+
+    @property
+    def small(self) -> int:
+        """A quarter of ``n`` (at least 50): publish, retry, memory."""
+        return max(50, self.n // 4)
+
+
+def bench_app(queue: str, *, prefetch: int = 256, delays: tuple[float, ...] = (60,)) -> App:
+    """An app on its own queue and exchange (deleted by :func:`topology`), with the
+    default handler time limit, as a user would have it."""
+    return App(
+        queue=queue, exchange=queue + ".x", prefetch=prefetch, retry=RetryPolicy(delays=delays)
+    )
+
+
+@contextlib.asynccontextmanager
+async def connection(url: str, name: str) -> AsyncIterator[AbstractRobustConnection]:
+    conn = await aio_pika.connect_robust(url, client_properties={"connection_name": name})
+    try:
+        yield conn
+    finally:
+        await conn.close()
+
+
+@contextlib.asynccontextmanager
+async def topology(url: str, app: App) -> AsyncIterator[AbstractRobustConnection]:
+    """Declare ``app``'s queues for the block, then delete them and its exchange."""
+    async with connection(url, "rabbitq bench setup") as conn:
+        channel = await conn.channel()
+        await declare(channel, app.topology())
+        try:
+            yield conn
+        finally:
+            await delete(channel, app)
+
+
+async def delete(channel: AbstractChannel, app: App) -> None:
+    for spec in app.topology().queues:
+        with contextlib.suppress(Exception):
+            await channel.queue_delete(spec.name)
+    with contextlib.suppress(Exception):
+        await channel.exchange_delete(app.exchange)
+    with contextlib.suppress(Exception):
+        await channel.close()
+
+
+async def prefill(conn: AbstractRobustConnection, queue: str, messages: list[Message]) -> None:
+    """Publish ``messages`` (as rabbitq would: persistent, typed) straight to ``queue``,
+    confirmed in pipelined windows. Not measured."""
+    channel = await conn.channel(publisher_confirms=True)
+    exchange = channel.default_exchange
+    for start in range(0, len(messages), PREFILL_WINDOW):
+        await asyncio.gather(
+            *(
+                exchange.publish(build(m), routing_key=queue)
+                for m in messages[start : start + PREFILL_WINDOW]
+            )
+        )
+    await channel.close()
+
+
+async def wait_depth(conn: AbstractRobustConnection, queue: str, depth: int, timeout=60) -> None:
+    """Wait until ``queue`` holds ``depth`` ready messages."""
+    channel = await conn.channel()
+    deadline = clock() + timeout
+    try:
+        while True:
+            q = await channel.declare_queue(queue, passive=True)
+            if q.declaration_result.message_count == depth:
+                return
+            if clock() > deadline:
+                raise TimeoutError(f"{queue} did not reach depth {depth}")
+            await asyncio.sleep(0.05)
+    finally:
+        await channel.close()
+
+
+async def until(done: asyncio.Event, timeout: float, what: str) -> None:
+    try:
+        await asyncio.wait_for(done.wait(), timeout)
+    except TimeoutError:
+        raise TimeoutError(f"bench: {what} did not finish within {timeout:g}s") from None
+
+
+def rate(count: int, first: float | None, last: float | None) -> float:
+    """Messages per second between the first and the last event."""
+    if first is None or last is None or last <= first:
+        return float("nan")
+    return count / (last - first)
+
+
+def loads(body: bytes) -> Any:
+    return orjson.loads(body)
+
+
+Runner = Callable[[Config], Awaitable[dict[str, float]]]

@@ -1,0 +1,36 @@
+"""The benchmark harness keeps working: a tiny run of every scenario (not a timed test:
+the figures are not checked, only that each comparison produced them)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_harness_runs_every_scenario_at_a_tiny_size_and_reports_json(broker_url):
+    out = subprocess.run(
+        [sys.executable, "-m", "bench", "--quick", "--n", "200", "--rounds", "1", "--json"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=110,
+        env={**os.environ, "RABBITQ_URL": broker_url},
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    report = json.loads(out.stdout)
+    assert report["errors"] == {}
+    measured = {row["comparison"] for row in report["rows"]}
+    assert {"consume", "publish_many", "retry path", "latency @1000/s"} <= measured
+    assert {"RSS prefetch 256", "RSS prefetch 2048"} <= measured
+    for row in report["rows"]:
+        for side in ("baseline_median", "rabbitq_median"):
+            assert isinstance(row[side], float) and math.isfinite(row[side]), row
+    # Comparisons that need a missing piece say why instead of failing.
+    for name, why in report["skipped"].items():
+        assert why, name
