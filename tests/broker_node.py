@@ -45,7 +45,8 @@ class BrokerNode:
 
     @property
     def nodename(self) -> str:
-        return f"{self.name}@localhost"
+        # The test process's pid keeps two test runs on one machine from sharing a node.
+        return f"{self.name}-{os.getpid()}@localhost"
 
     @property
     def url(self) -> str:
