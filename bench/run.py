@@ -309,6 +309,29 @@ def table(results: list[Result]) -> str:
     return "\n".join(out)
 
 
+def markdown(doc: dict) -> str:
+    """The ``--json`` document as a Markdown table (for docs/benchmarks.md)."""
+    lines = [
+        "| comparison | metric | baseline median (min–max) | rabbitq median (min–max) "
+        "| ratio | target |",
+        "|---|---|---|---|---|---|",
+    ]
+    for row in doc["rows"]:
+        met = {True: " ✓", False: " **missed**", None: ""}[row["met"]]
+        ratio = row["ratio"]
+        lines.append(
+            f"| {row['comparison']} | {row['metric']} "
+            f"| {_fmt(row['baseline_median'])} ({_fmt(row['baseline_min'])}–"
+            f"{_fmt(row['baseline_max'])}) "
+            f"| {_fmt(row['rabbitq_median'])} ({_fmt(row['rabbitq_min'])}–"
+            f"{_fmt(row['rabbitq_max'])}) "
+            f"| {'-' if ratio is None else f'{ratio:.2f}×'} | {row['target']}{met} |"
+        )
+    for name, why in {**doc["skipped"], **doc["errors"]}.items():
+        lines.append(f"| {name} | – | – | – | – | {why} |")
+    return "\n".join(lines)
+
+
 def _finite(value: object) -> object:
     """``value`` with NaN (a figure that could not be measured) as None, for JSON."""
     if isinstance(value, float) and math.isnan(value):
@@ -348,6 +371,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         help="run one side only (to profile it: py-spy record -- python -m bench ...)",
     )
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    parser.add_argument("--markdown", action="store_true", help="print a Markdown table")
     parser.add_argument("-v", "--verbose", action="store_true", help="progress on stderr")
     args = parser.parse_args(argv)
     if args.n is None:
@@ -362,7 +386,7 @@ def main(argv: list[str] | None = None) -> int:
     cfg = Config(url=check_local(args.url), n=args.n, rounds=args.rounds, quick=args.quick)
     selected = [c for c in comparisons() if not args.only or c.scenario in args.only]
     results = run(cfg, selected, verbose=args.verbose, only_side=args.side)
-    if args.json:
+    if args.json or args.markdown:
         doc = {
             "n": cfg.n,
             "rounds": cfg.rounds,
@@ -371,7 +395,8 @@ def main(argv: list[str] | None = None) -> int:
             "skipped": {r.comparison.name: r.skipped for r in results if r.skipped},
             "errors": {r.comparison.name: r.error for r in results if r.error},
         }
-        print(json.dumps(_finite(doc), indent=2))
+        doc = _finite(doc)
+        print(markdown(doc) if args.markdown else json.dumps(doc, indent=2))
     else:
         print(f"rabbitq bench: n={cfg.n}, {cfg.rounds} round(s), medians (min-max)\n")
         print(table(results))

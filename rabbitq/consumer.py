@@ -79,6 +79,7 @@ class Worker:
     ``await worker.run()`` blocks until :meth:`stop` is called (or SIGTERM/SIGINT,
     with ``install_signal_handlers=True``), then drains: no new deliveries, in-flight
     handlers get ``grace_period`` seconds, the rest are returned to the queue.
+    ``coalesce_acks=False`` acks every delivery on its own (slower; for comparison).
     """
 
     def __init__(

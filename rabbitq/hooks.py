@@ -20,7 +20,8 @@ class Hooks:
         """A delivery arrived (``type_name`` is ``unknown`` if no handler knows it)."""
 
     def succeeded(self, queue: str, type_name: str, duration: float) -> None:
-        """The handler returned and the delivery is being acked."""
+        """The handler returned and the delivery's ack was written (acks are coalesced,
+        so this comes a few milliseconds after the handler at most)."""
 
     def retried(self, queue: str, type_name: str, delay: str, duration: float) -> None:
         """A confirmed copy went to the retry queue with the ``delay`` label."""
