@@ -13,8 +13,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 import click
 import orjson
@@ -25,34 +24,24 @@ from rich.table import Table
 
 from . import containers, logs, loop
 from .app import App, load_app
+from .cli_common import F, friendly_errors, url_option
 from .codec import describe
 from .connection import connect
 from .consumer import DEFAULT_GRACE_PERIOD, HANDLER_THREAD_PREFIX, Worker
 from .endpoints import DEFAULT_BIND, serve_metrics
-from .errors import ConfigurationError, RabbitqError
+from .errors import ConfigurationError
 from .message import lookup
 from .metrics import Metrics
 from .retry import RetryPolicy
 from .settings import (
     CONSUMER_TIMEOUT_ENV,
     TLS,
-    URL_ENV,
     redact_url,
     resolve_url,
-    scrub,
     url_password,
 )
 from .topology import Topology, declare, delay_ms, dlq_name, queue_depths, retry_queue_name
 
-F = TypeVar("F", bound=Callable[..., Any])
-
-url_option = click.option(
-    "--url",
-    envvar=URL_ENV,
-    default=None,
-    show_envvar=True,
-    help="AMQP URL of the broker [default: amqp://guest:guest@localhost:5672/].",
-)
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 
 
@@ -82,24 +71,6 @@ def tls_options(fn: F) -> F:
         ),
     ):
         wrapper = click.option(name, type=path, default=None, help=what)(wrapper)
-    return wrapper  # type: ignore[return-value]
-
-
-def _fail(message: str, url: str | None) -> click.ClickException:
-    return click.ClickException(scrub(message, url_password(url)) if url else message)
-
-
-def friendly_errors(fn: F) -> F:
-    """Turn rabbitq's errors into a one-line message and exit status 1."""
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        url = kwargs.get("url")
-        try:
-            return fn(*args, **kwargs)
-        except RabbitqError as exc:
-            raise _fail(str(exc), resolve_url(url)) from exc
-
     return wrapper  # type: ignore[return-value]
 
 

@@ -10,46 +10,21 @@ import asyncio
 import functools
 import sys
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 import click
 from rich.console import Console
 
 from . import dlq as ops
 from . import dlq_view as view
+from .cli_common import F, friendly_errors, url_option
 from .errors import DlqInterrupted
-from .settings import URL_ENV
-
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-# The same --url as every rabbitq command (rabbitq.cli imports this module, so it
-# cannot import rabbitq.cli's option at import time).
-_url_option = click.option(
-    "--url",
-    envvar=URL_ENV,
-    default=None,
-    show_envvar=True,
-    help="AMQP URL of the broker [default: amqp://guest:guest@localhost:5672/].",
-)
 
 
 def _json_option(fn: F) -> F:
     return click.option("--json", "as_json", is_flag=True, help="Print one JSON object per line.")(
         fn
     )
-
-
-def _friendly(fn: F) -> F:
-    """rabbitq.cli's friendly_errors: one line, no password, exit status 1."""
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        from .cli import friendly_errors
-
-        return friendly_errors(fn)(*args, **kwargs)
-
-    return wrapper  # type: ignore[return-value]
 
 
 def filter_options(fn: F) -> F:
@@ -153,8 +128,8 @@ def dlq() -> None:
 @filter_options
 @_limit_option(100, "Show at most N messages; 0 shows all.")
 @_json_option
-@_url_option
-@_friendly
+@url_option
+@friendly_errors
 def list_(queue: str, limit: int, as_json: bool, url: str | None, **kwargs: Any) -> None:
     """List dead messages, oldest first: id, type, reason, attempts, when, error.
 
@@ -176,8 +151,8 @@ def list_(queue: str, limit: int, as_json: bool, url: str | None, **kwargs: Any)
 @click.argument("queue")
 @click.argument("message_id")
 @_json_option
-@_url_option
-@_friendly
+@url_option
+@friendly_errors
 def show(queue: str, message_id: str, as_json: bool, url: str | None) -> None:
     """Show one dead message: properties, headers, body and traceback.
 
@@ -205,8 +180,8 @@ def show(queue: str, message_id: str, as_json: bool, url: str | None) -> None:
     "--rate", type=click.FloatRange(min=0, min_open=True), help="At most N messages per second."
 )
 @_json_option
-@_url_option
-@_friendly
+@url_option
+@friendly_errors
 @_report_interruption
 def replay(
     queue: str,
@@ -267,8 +242,8 @@ def replay(
     help="Remove each exported message from the DLQ, once the file holding it is on disk.",
 )
 @_json_option
-@_url_option
-@_friendly
+@url_option
+@friendly_errors
 @_report_interruption
 def export(
     queue: str,
@@ -312,8 +287,8 @@ def export(
 )
 @click.option("--to", metavar="QUEUE", help="With --replay: send to this queue instead.")
 @_json_option
-@_url_option
-@_friendly
+@url_option
+@friendly_errors
 def import_(
     queue: str, file: str, as_replay: bool, to: str | None, as_json: bool, url: str | None
 ) -> None:
@@ -338,8 +313,8 @@ def import_(
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation (needed without a TTY).")
 @click.option("--dry-run", is_flag=True, help="Count what would be deleted; delete nothing.")
 @_json_option
-@_url_option
-@_friendly
+@url_option
+@friendly_errors
 @_report_interruption
 def purge(
     queue: str,
