@@ -31,25 +31,13 @@ import aio_pika
 from aio_pika.abc import AbstractIncomingMessage, AbstractRobustConnection
 
 from rabbitq import App, PublishError
-from rabbitq import headers as h
+from rabbitq.dlq_message import reason_of
 
 from ..helpers import declare_topology, delete_app_objects, drain_queue
 from .ledger import Ledger, Tally
 from .service import Config, Job, build_app
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def dlq_reason(headers: dict[str, Any]) -> str:
-    """As the DLQ tools show it: ``rabbitq-reason``, else ``broker:<x-death reason>``."""
-    reason = h.text_header(headers, h.REASON)
-    if reason:
-        return reason
-    deaths = headers.get("x-death") or []
-    if deaths:
-        raw = deaths[0].get("reason", b"")
-        return "broker:" + (raw.decode() if isinstance(raw, bytes) else str(raw))
-    return "none"
 
 
 async def connect_admin(url: str) -> AbstractRobustConnection:
@@ -143,7 +131,7 @@ class DeadLetterCollector:
         mid = message.message_id or "(none)"
         if not (message.redelivered and mid in self.dead):
             self.dead[mid] += 1
-            self.reasons[dlq_reason(dict(message.headers or {}))] += 1
+            self.reasons[reason_of(message.headers or {}) or "none"] += 1
             self.headers[mid] = dict(message.headers or {})
         with contextlib.suppress(Exception):
             await message.ack()

@@ -14,10 +14,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from rabbitq import Hooks, Worker
+from rabbitq.dlq_message import reason_of
 
 from ..broker_node import BrokerNode, free_port
 from ..helpers import Recorder, queue_depth, running, wait_for
-from .harness import ChaosRun, WorkerProcess, dlq_reason
+from .harness import ChaosRun, WorkerProcess
 from .ledger import Tally
 from .proxy import FaultyProxy
 from .service import Config
@@ -372,9 +373,8 @@ async def crash_loop(
                 crashes += 1
         # On a classic queue the loop only ends because we stop restarting the worker.
         tally = await run.finish(timeout=30 if run.accounted() else 0)
-        reason = (
-            dlq_reason(run.dead_letters.headers.get(poison, {})) if poison in tally.dead else None
-        )
+        headers = run.dead_letters.headers.get(poison, {})
+        reason = (reason_of(headers) or "none") if poison in tally.dead else None
     collateral = {mid for mid in tally.dead if mid != poison}
     return Result(
         f"a message that kills the worker every time (delivery limit {delivery_limit})"
