@@ -6,10 +6,9 @@ with the reason attached. See the README for the guarantees and a tutorial.
 
 from importlib.metadata import PackageNotFoundError, version
 
+from .amqp.publisher import Publisher
 from .app import App, Context, Handler, load_app
 from .breaker import Breaker
-from .consumer import Worker
-from .endpoints import serve_metrics
 from .errors import (
     AppLoadError,
     BrokerUnavailable,
@@ -17,21 +16,25 @@ from .errors import (
     DecodeError,
     DlqError,
     DlqInterrupted,
+    HandlerNotStarted,
+    HandlerTimeout,
     PartialPublish,
     PermanentError,
     PublishError,
     PublishInterrupted,
     PublishNacked,
     RabbitqError,
+    RetryLater,
     TopologyMismatch,
     Unroutable,
 )
 from .hooks import Hooks
 from .message import Message
-from .metrics import Metrics
-from .publisher import Publisher
+from .ops.endpoints import serve_metrics
+from .ops.metrics import Metrics
 from .retry import RetryPolicy
 from .settings import TLS
+from .worker.lifecycle import Worker
 
 try:
     __version__ = version("rabbitq")
@@ -49,6 +52,8 @@ __all__ = [
     "DlqError",
     "DlqInterrupted",
     "Handler",
+    "HandlerNotStarted",
+    "HandlerTimeout",
     "Hooks",
     "Message",
     "Metrics",
@@ -59,6 +64,7 @@ __all__ = [
     "PublishNacked",
     "Publisher",
     "RabbitqError",
+    "RetryLater",
     "RetryPolicy",
     "TLS",
     "TopologyMismatch",

@@ -10,25 +10,34 @@ import importlib
 import inspect
 import os
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from types import EllipsisType
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from .amqp.publisher import DEFAULT_TIMEOUT as DEFAULT_PUBLISH_TIMEOUT
+from .amqp.publisher import Publisher
 from .breaker import Breaker
 from .errors import AppLoadError, ConfigurationError
 from .message import Message
+from .ratelimit import Limit, RateBackend, parse_rate
 from .retry import RetryPolicy
-from .settings import TLS, resolve_url
+from .settings import TLS, join_urls, resolve_url
 from .topology import DEFAULT_DELIVERY_LIMIT, DEFAULT_QUEUE_TYPE, QueueType, Topology, plan
+from .tracing.base import NO_TRACING, Tracing
 
 if TYPE_CHECKING:
+    from contextlib import AbstractAsyncContextManager
+
+    from .effects.guard import Effects
+    from .effects.outbox import Outbox
+    from .effects.store import IdempotencyStore
     from .hooks import Hooks
-    from .publisher import Publisher
 
 M = TypeVar("M", bound=Message)
 HandlerFn = Callable[..., Any]
+KeyFn = Callable[[Any], object]  # the message -> its idempotency key (str() is applied)
 
 DEFAULT_TIMEOUT = 300.0
 # Bodies above this are dead-lettered as ``invalid`` before any parsing (see docs/safety.md).
@@ -41,7 +50,9 @@ class Context:
 
     ``message_id`` is the AMQP ``message_id`` property. A message from another producer
     that has none gets one derived from its type, body and timestamp (``derived-…``),
-    the same on every attempt. Use it to make handlers idempotent.
+    the same on every attempt. ``idempotency_key`` is the handler's ``key(message)``,
+    else ``message_id``: pass it to an external provider as its idempotency key.
+    ``publish`` and ``transaction`` are the delivery's effects (docs/effects.md).
     """
 
     message_id: str
@@ -54,6 +65,28 @@ class Context:
     type: str
     routing_key: str
     timestamp: datetime | None
+    effects: Effects | None = None
+
+    @property
+    def idempotency_key(self) -> str:
+        """The key this delivery is handled once under."""
+        return self.effects.key if self.effects is not None else self.message_id
+
+    async def publish(self, message: Message, *, headers: Mapping[str, Any] | None = None) -> str:
+        """Publish a follow-up: sent with confirms only if the handler succeeds, before
+        the delivery is acked; return its ``message_id``. Inside :meth:`transaction`
+        with an :class:`~rabbitq.effects.Outbox`, it is an outbox row of that transaction.
+        """
+        if self.effects is None:
+            raise ConfigurationError("ctx.publish() works in a handler run by rabbitq")
+        return await self.effects.publish(message, headers=headers)
+
+    def transaction(self) -> AbstractAsyncContextManager[Any]:
+        """The idempotency store's connection in a transaction that also marks this
+        delivery's key done (a :class:`~rabbitq.effects.PostgresStore` only)."""
+        if self.effects is None:
+            raise ConfigurationError("ctx.transaction() works in a handler run by rabbitq")
+        return self.effects.transaction()
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -68,6 +101,9 @@ class Handler:
     wants_context: bool
     max_body_size: int | None = DEFAULT_MAX_BODY_SIZE
     breaker: Breaker | None = None
+    limit: Limit | None = None  # rate and concurrency limits (rabbitq.ratelimit)
+    idempotency: IdempotencyStore | None = None
+    key: KeyFn | None = None  # None: ctx.message_id
 
     @property
     def type_name(self) -> str:
@@ -111,11 +147,53 @@ def _check_timeout(timeout: float | None) -> float | None:
     return timeout
 
 
+def _limit(
+    *,
+    rate_limit: str | None,
+    burst: int,
+    concurrency: int | None,
+    limiter: RateBackend | None,
+    limit_key: str | None,
+    default_key: str,
+    prefetch: int,
+) -> Limit | None:
+    if concurrency is not None and (
+        isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1
+    ):
+        raise ConfigurationError(f"concurrency must be a positive integer, not {concurrency!r}")
+    if concurrency is not None and concurrency > prefetch:
+        raise ConfigurationError(
+            f"concurrency={concurrency} is above the app's prefetch ({prefetch}): "
+            f"no more than prefetch handlers run at once anyway"
+        )
+    if rate_limit is None:
+        if concurrency is None:
+            if limiter is not None or limit_key is not None:
+                raise ConfigurationError("limiter and limit_key need a rate_limit or concurrency")
+            return None
+        if limit_key is not None and limiter is None:
+            raise ConfigurationError(
+                "limit_key needs a rate_limit or a shared limiter (a concurrency cap alone "
+                "is per process)"
+            )
+    if limiter is not None and not callable(getattr(limiter, "acquire", None)):
+        raise ConfigurationError(
+            f"limiter must be a rate backend (LocalRates, RedisRates), not {limiter!r}"
+        )
+    return Limit(
+        rate=None if rate_limit is None else parse_rate(rate_limit, burst=burst),
+        concurrency=concurrency,
+        backend=limiter,
+        key=limit_key or default_key,
+    )
+
+
 class App:
     """A service that consumes one queue. See the README for a tutorial.
 
     ``url`` defaults to ``$RABBITQ_URL`` (read when connecting, not here), else the
-    local broker. ``prefetch`` is the number of handlers in flight per worker process.
+    local broker; a list (or commas) names the nodes of a cluster, to fail over between.
+    ``prefetch`` is the number of handlers in flight per worker process.
     ``timeout`` is the default per-handler time limit in seconds (None: no limit).
     ``queue_type`` applies to every queue of the app, the DLQ included. It is
     ``"quorum"`` by default (RabbitMQ 3.10 or later): the broker then dead-letters a
@@ -126,13 +204,21 @@ class App:
     before they are parsed. ``breaker`` (default: none) pauses the queue while a
     handler's dependency is down (see :class:`~rabbitq.Breaker`). ``tls``: the CA and
     client certificate files for an ``amqps://`` URL (default: ``$RABBITQ_TLS_*``).
+    ``tracing`` (default: none): ``rabbitq.tracing.OpenTelemetry()`` traces every
+    publish, delivery, retry, dead letter and replay (see docs/providers.md).
+    ``limit_waiting`` (default: ``prefetch``): when a handler has a ``rate_limit`` or
+    ``concurrency``, how many deliveries may wait for their turn on top of the
+    ``prefetch`` that run; the broker's prefetch is then the sum of both.
+    ``idempotency`` (default: none) is the store of handled keys for every handler
+    (:class:`~rabbitq.effects.PostgresStore`, :class:`~rabbitq.effects.RedisStore`;
+    see docs/effects.md). ``outbox`` is set by :class:`~rabbitq.effects.Outbox`.
     """
 
     def __init__(
         self,
         *,
         queue: str,
-        url: str | None = None,
+        url: str | Sequence[str] | None = None,
         exchange: str = "rabbitq",
         prefetch: int = 64,
         retry: RetryPolicy | None = None,
@@ -142,13 +228,17 @@ class App:
         max_body_size: int | None = DEFAULT_MAX_BODY_SIZE,
         breaker: Breaker | None = None,
         tls: TLS | None = None,
+        tracing: Tracing | None = None,
+        limit_waiting: int | None = None,
+        idempotency: IdempotencyStore | None = None,
     ) -> None:
         if prefetch < 1:
             raise ConfigurationError(f"prefetch must be at least 1, not {prefetch}")
         if not exchange:
             raise ConfigurationError("exchange must be a name; the default exchange is internal")
         self.queue = queue
-        self.url = url
+        # several URLs (a cluster's nodes) are kept as one comma-separated string
+        self.url = url if url is None or isinstance(url, str) else join_urls(url)
         self.exchange = exchange
         self.prefetch = prefetch
         self.retry = retry or RetryPolicy()
@@ -158,6 +248,16 @@ class App:
         self.max_body_size = _check_max_body_size(max_body_size)
         self.breaker = _check_breaker(breaker)
         self.tls = tls
+        self.tracing = tracing or NO_TRACING
+        if limit_waiting is not None and (
+            isinstance(limit_waiting, bool)
+            or not isinstance(limit_waiting, int)
+            or limit_waiting < 0
+        ):
+            raise ConfigurationError(f"limit_waiting must be 0 or more, not {limit_waiting!r}")
+        self.limit_waiting = limit_waiting
+        self.idempotency = idempotency
+        self.outbox: Outbox | None = None
         self._handlers: dict[str, Handler] = {}
         self.topology()  # validate names and arguments now, not at first connect
 
@@ -177,12 +277,32 @@ class App:
         timeout: float | None | EllipsisType = ...,
         max_body_size: int | None | EllipsisType = ...,
         breaker: Breaker | None | EllipsisType = ...,
+        rate_limit: str | None = None,
+        burst: int = 1,
+        concurrency: int | None = None,
+        limiter: RateBackend | None = None,
+        limit_key: str | None = None,
+        idempotency: IdempotencyStore | None | EllipsisType = ...,
+        key: KeyFn | None = None,
     ) -> Callable[[HandlerFn], HandlerFn]:
         """Register the decorated function (async or sync) as the handler of ``model``.
 
         ``retry``, ``timeout``, ``max_body_size`` and ``breaker`` override the app's for
         this handler; ``timeout=None`` means no time limit, ``max_body_size=None`` no size
         limit, ``breaker=None`` no circuit breaker.
+
+        ``rate_limit="14/s"`` (or ``"100/m"``, ``"3/10s"``) starts at most that many
+        handlers per period, ``burst`` of them at once; ``concurrency=N`` runs at most N
+        at once. Both are kept per worker process unless ``limiter`` is shared
+        (:class:`~rabbitq.ratelimit.RedisRates`: one budget and one cap for every
+        process, the cap as renewed leases); handlers with the same ``limit_key``
+        (default ``"<queue>:<type>"``) share one budget and one cap. Deliveries wait
+        for their turn without using a handler slot, and are never retried or
+        dead-lettered for it (see docs/providers.md).
+
+        ``idempotency`` overrides the app's
+        store (None: none); ``key`` maps the message to its idempotency key (default:
+        ``ctx.message_id``), e.g. ``key=lambda m: m.payment_id``.
         """
         if not (isinstance(model, type) and issubclass(model, Message)):
             raise ConfigurationError(f"handler() takes a Message subclass, not {model!r}")
@@ -197,6 +317,16 @@ class App:
             else _check_max_body_size(max_body_size)
         )
 
+        limits = _limit(
+            rate_limit=rate_limit,
+            burst=burst,
+            concurrency=concurrency,
+            limiter=limiter,
+            limit_key=limit_key,
+            default_key=f"{self.queue}:{name}",
+            prefetch=self.prefetch,
+        )
+
         def register(fn: HandlerFn) -> HandlerFn:
             self._handlers[name] = Handler(
                 model=model,
@@ -209,15 +339,23 @@ class App:
                 breaker=self.breaker
                 if isinstance(breaker, EllipsisType)
                 else _check_breaker(breaker),
+                limit=limits,
+                idempotency=self.idempotency
+                if isinstance(idempotency, EllipsisType)
+                else idempotency,
+                key=key,
             )
             return fn
 
         return register
 
     def topology(self) -> Topology:
-        """Every queue, argument and binding this app declares (pure, no I/O)."""
+        """Every queue, argument and binding this app declares (pure, no I/O).
+
+        One retry queue per delay that some handler uses: the app's own ``retry`` counts
+        only through the handlers that do not override it.
+        """
         delays = {ms for h in self._handlers.values() for ms in h.retry.delays_ms}
-        delays.update(self.retry.delays_ms)
         return plan(
             queue=self.queue,
             exchange=self.exchange,
@@ -238,6 +376,7 @@ class App:
         tls: TLS | None = None,
         hooks: Hooks | list[Hooks] | None = None,
         retry_for: float | None = None,
+        timeout: float = DEFAULT_PUBLISH_TIMEOUT,
     ) -> Publisher:
         """An async context manager that publishes with confirms::
 
@@ -247,11 +386,15 @@ class App:
         ``hooks`` observe each publish (a :class:`~rabbitq.Metrics` counts them).
         ``retry_for=S`` keeps retrying for up to S seconds while the broker is
         unreachable (see :class:`~rabbitq.Publisher`); by default a publish fails at once.
+        ``timeout`` bounds the wait for one confirm (a blocked broker; default 60 s).
         """
-        from .publisher import Publisher
-
         return Publisher(
-            self, url=self.resolved_url(url), tls=tls or self.tls, hooks=hooks, retry_for=retry_for
+            self,
+            url=self.resolved_url(url),
+            tls=tls or self.tls,
+            hooks=hooks,
+            retry_for=retry_for,
+            timeout=timeout,
         )
 
 

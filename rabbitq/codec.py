@@ -16,6 +16,7 @@ from pydantic import ValidationError
 
 from .errors import DecodeError
 from .message import Message
+from .retry import INVALID
 
 M = TypeVar("M", bound=Message)
 
@@ -33,20 +34,20 @@ def decode(body: bytes, model: type[M]) -> M:
     try:
         data = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
-        raise DecodeError("invalid", f"body is not JSON: {exc}"[:_MAX_DETAIL]) from exc
+        raise DecodeError(INVALID, f"body is not JSON: {exc}"[:_MAX_DETAIL]) from exc
     if not isinstance(data, dict):
-        raise DecodeError("invalid", f"body is JSON {type(data).__name__}, expected an object")
+        raise DecodeError(INVALID, f"body is JSON {type(data).__name__}, expected an object")
     try:
         return model.model_validate(data)
     except ValidationError as exc:
         raise DecodeError(
-            "invalid", f"{model.type_name()} failed validation: {describe(exc)}"[:_MAX_DETAIL]
+            INVALID, f"{model.type_name()} failed validation: {describe(exc)}"[:_MAX_DETAIL]
         ) from exc
     except RecursionError as exc:  # pathologically nested input
-        raise DecodeError("invalid", "body is nested too deeply") from exc
+        raise DecodeError(INVALID, "body is nested too deeply") from exc
     except Exception as exc:  # a validator's own KeyError, TypeError...: still poison input
         raise DecodeError(
-            "invalid",
+            INVALID,
             f"{model.type_name()} failed validation: {type(exc).__name__}: {exc}"[:_MAX_DETAIL],
         ) from exc
 

@@ -3,6 +3,8 @@
 Control flow, raised by your handler::
 
     PermanentError            dead-letter this message now, do not retry
+    RetryLater                try again after ``seconds`` (a provider's 429 / Retry-After);
+                              by default this does not use up one of the message's attempts
 
 Faults, raised by rabbitq::
 
@@ -12,20 +14,64 @@ Faults, raised by rabbitq::
     ├── BrokerUnavailable     the broker cannot be reached or the connection is closed
     ├── TopologyMismatch      a queue exists with other arguments than rabbitq declares
     ├── DecodeError           a delivery cannot become a typed message (poison input)
-    └── PublishError          a publish was not confirmed
-        ├── Unroutable        no queue is bound for the routing key (mandatory publish)
-        ├── PublishNacked     the broker refused the message (nack)
-        ├── PublishInterrupted the connection or channel closed before the confirm
-        └── PartialPublish    some messages of a publish_many batch were not confirmed
+    ├── HandlerNotStarted     no thread was free for a sync handler (it did not run)
+    ├── HandlerTimeout        a handler ran past its ``timeout`` (the attempt failed)
+    ├── PublishError          a publish was not confirmed
+    │   ├── Unroutable        no queue is bound for the routing key (mandatory publish)
+    │   ├── PublishNacked     the broker refused the message (nack)
+    │   ├── PublishInterrupted the connection or channel closed before the confirm
+    │   └── PartialPublish    some messages of a publish_many batch were not confirmed
     └── DlqError              a DLQ operation was given bad input (queue, file, filter)
         └── DlqInterrupted    the connection closed during a DLQ operation (``summary``)
 """
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
+
 
 class PermanentError(Exception):
     """Raise from a handler to dead-letter the message at once (reason ``permanent``)."""
+
+
+class RetryLater(Exception):
+    """Raise from a handler to try the message again in ``seconds`` or a little later.
+
+    The message goes to the smallest retry tier of at least ``seconds`` (the largest
+    tier if none is that long). It does not use up one of its attempts unless
+    ``count_attempt=True``; with ``count_attempt=True`` and no attempt left it is
+    dead-lettered as ``exhausted``. A handler without retry tiers dead-letters it.
+    """
+
+    def __init__(self, seconds: float, *, count_attempt: bool = False) -> None:
+        if (
+            isinstance(seconds, bool)
+            or not isinstance(seconds, int | float)
+            or not 0 <= seconds < float("inf")
+        ):
+            raise ValueError(f"RetryLater needs finite seconds >= 0, not {seconds!r}")
+        self.seconds = float(seconds)
+        self.count_attempt = count_attempt
+        super().__init__(f"retry after {self.seconds:g}s")
+
+    @classmethod
+    def from_retry_after(
+        cls, value: str, *, default: float = 1.0, count_attempt: bool = False
+    ) -> RetryLater:
+        """From an HTTP ``Retry-After`` value: seconds (``"30"``) or a date; ``default``
+        seconds when it cannot be read."""
+        text = value.strip()
+        if text.isascii() and text.isdigit():
+            return cls(int(text), count_attempt=count_attempt)
+        try:
+            when = parsedate_to_datetime(text)
+        except (TypeError, ValueError):
+            return cls(default, count_attempt=count_attempt)
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=UTC)
+        seconds = (when - datetime.now(UTC)).total_seconds()
+        return cls(max(0.0, seconds), count_attempt=count_attempt)
 
 
 class RabbitqError(Exception):
@@ -47,7 +93,9 @@ class BrokerUnavailable(RabbitqError):
 class TopologyMismatch(RabbitqError):
     """A queue or exchange exists with other arguments than the ones rabbitq declares."""
 
-    def __init__(self, kind: str, name: str, argument: str, detail: str) -> None:
+    def __init__(
+        self, kind: str, name: str, argument: str, detail: str, *, explanation: str = ""
+    ) -> None:
         self.kind = kind
         self.name = name
         self.argument = argument
@@ -58,7 +106,8 @@ class TopologyMismatch(RabbitqError):
             else "delete it"
         )
         super().__init__(
-            f"{kind} {name!r} already exists with a different {argument!r} ({detail}); "
+            explanation
+            or f"{kind} {name!r} already exists with a different {argument!r} ({detail}); "
             f"RabbitMQ cannot change this in place: {remedy}, "
             f"or configure the app to match what exists"
         )
@@ -70,6 +119,16 @@ class DecodeError(RabbitqError):
     def __init__(self, reason: str, message: str) -> None:
         self.reason = reason
         super().__init__(message)
+
+
+class HandlerNotStarted(RabbitqError):
+    """A sync handler found no free thread within its ``timeout`` (threads held by hung
+    handlers) and did not run; the message is retried without counting an attempt."""
+
+
+class HandlerTimeout(RabbitqError):
+    """A handler ran past its ``timeout``; recorded as the error of the failed attempt,
+    which is retried like any other failure."""
 
 
 class PublishError(RabbitqError):
@@ -85,7 +144,14 @@ class PublishNacked(PublishError):
 
 
 class PublishInterrupted(PublishError):
-    """The connection or channel closed before the broker confirmed the message."""
+    """The broker did not confirm the message: the connection or channel closed, or no
+    confirm came within the publisher's deadline.
+
+    Unless the error says "nothing was sent", the message may have been stored anyway:
+    a broker under a memory or disk alarm sends ``connection.blocked`` only once a
+    connection publishes, keeps that publish unread, and stores it when the alarm
+    clears. Publish again with the same ``message_id`` (at-least-once) if it matters.
+    """
 
 
 class PartialPublish(PublishError):

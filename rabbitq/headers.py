@@ -3,6 +3,13 @@
 They carry no ``x-`` prefix on purpose: since RabbitMQ 3.13 ``x-`` headers belong to
 the broker. Values are bounded (error 1 KiB, traceback 8 KiB) so that a failing
 handler cannot grow a message without limit.
+
+A copy that rabbitq publishes (retry, DLQ, replay) never carries an ``x-`` header. The
+broker interprets them when the copy is dead-lettered again: a copied ``x-death`` that
+names the queue it is going back to makes RabbitMQ drop the message as a dead-letter
+cycle, and a malformed one crashes a quorum queue's process on 3.10. The history stays
+visible to operators in :data:`DEATHS`, a bounded summary that rabbitq writes and
+validates itself (:func:`deaths`).
 """
 
 from __future__ import annotations
@@ -12,7 +19,8 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from .wire import wire_safe
+from .amqp.wire import wire_safe
+from .brokers import broker_owned
 
 ATTEMPT = "rabbitq-attempt"
 REASON = "rabbitq-reason"
@@ -23,14 +31,17 @@ QUEUE = "rabbitq-queue"
 ORIGINAL_EXCHANGE = "rabbitq-original-exchange"
 ORIGINAL_ROUTING_KEY = "rabbitq-original-routing-key"
 REPLAYED = "rabbitq-replayed"
+DEATHS = "rabbitq-deaths"
+"""Where the message was dead-lettered by the broker, most recent first: a list of
+``{queue, reason, count, time?}`` tables (at most :data:`MAX_DEATHS`)."""
 
 MAX_ERROR_BYTES = 1024
 MAX_TRACEBACK_BYTES = 8192
+MAX_DEATHS = 8
+_MAX_NAME_BYTES = 255
 
 # Written only on DLQ copies; a replay removes them again.
 DLQ_ONLY = (REASON, TRACEBACK, FAILED_AT, QUEUE)
-# Set by the broker per delivery; copying it into a new message would mislead.
-_PER_DELIVERY = ("x-delivery-count",)
 
 
 def truncate_utf8(text: str, limit: int, *, keep: str = "head") -> str:
@@ -71,9 +82,67 @@ def text_header(headers: Mapping[str, Any], name: str) -> str | None:
     return str(value)
 
 
+def _death_entry(raw: object) -> dict[str, Any] | None:
+    """One validated ``{queue, reason, count, time?}``, or None if ``raw`` is not one."""
+    if not isinstance(raw, Mapping):
+        return None
+    queue, reason = text_header(raw, "queue"), text_header(raw, "reason")
+    if not queue or not reason:
+        return None
+    count = raw.get("count", 1)
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        count = 1
+    entry: dict[str, Any] = {
+        "queue": truncate_utf8(queue, _MAX_NAME_BYTES),
+        "reason": truncate_utf8(reason, _MAX_NAME_BYTES),
+        "count": min(count, 2**31 - 1),
+    }
+    when = raw.get("time")
+    if isinstance(when, datetime):
+        entry["time"] = when if when.tzinfo else when.replace(tzinfo=UTC)
+    return entry
+
+
+def deaths(headers: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The broker's dead-letter history of a delivery, validated and bounded.
+
+    The entries of this delivery's ``x-death`` (what happened since the last copy) come
+    first, then those of :data:`DEATHS` (what earlier copies recorded); the same
+    ``(queue, reason)`` is merged by adding the counts; at most :data:`MAX_DEATHS`.
+    Anything malformed (``["garbage"]``, a table without a queue) is left out.
+    """
+    merged: dict[tuple[str, str], dict[str, Any]] = {}
+    for name in ("x-death", DEATHS):
+        raw = headers.get(name)
+        for item in raw if isinstance(raw, list) else ():
+            entry = _death_entry(item)
+            if entry is None:
+                continue
+            key = (entry["queue"], entry["reason"])
+            if key in merged:
+                merged[key]["count"] = min(merged[key]["count"] + entry["count"], 2**31 - 1)
+            elif len(merged) < MAX_DEATHS:
+                merged[key] = entry
+    return list(merged.values())
+
+
 def _carried(headers: Mapping[str, Any]) -> dict[str, Any]:
+    """The headers a copy keeps: the producer's own, never the broker's (``x-``), and
+    the broker's history as :data:`DEATHS`."""
     # Made wire-safe: a header that arrived must never make its copy unpublishable.
-    return {str(k): wire_safe(v) for k, v in headers.items() if k not in _PER_DELIVERY}
+    out = {
+        str(k): wire_safe(v) for k, v in headers.items() if not broker_owned(str(k)) and k != DEATHS
+    }
+    history = deaths(headers)
+    if history:
+        out[DEATHS] = history
+    return out
+
+
+def copy_headers(headers: Mapping[str, Any]) -> dict[str, Any]:
+    """The headers of a copy that adds nothing of its own (replay, import into a queue
+    that dead-letters): :func:`_carried`."""
+    return _carried(headers)
 
 
 def origin(headers: Mapping[str, Any], exchange: str, routing_key: str) -> dict[str, str]:

@@ -12,6 +12,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+UNKNOWN = "unknown"  # the type label of a delivery whose type cannot be trusted
+# Why the worker declared its queues again (``topology_redeclared``'s reason): the broker
+# cancelled its consumer (the main queue was deleted), or a copy to one of the app's
+# queues came back unroutable (a retry queue or the DLQ was deleted).
+CONSUMER_CANCELLED = "consumer_cancelled"
+UNROUTABLE_COPY = "unroutable"
+REDECLARE_REASONS = (CONSUMER_CANCELLED, UNROUTABLE_COPY)
+
 
 class Hooks:
     """No-op base class of worker and publisher hooks."""
@@ -29,6 +37,10 @@ class Hooks:
     def dead_lettered(self, queue: str, type_name: str, reason: str, duration: float) -> None:
         """A confirmed copy went to the DLQ with ``reason``."""
 
+    def duplicate(self, queue: str, type_name: str) -> None:
+        """The delivery's idempotency key was handled before: acked without running the
+        handler (``succeeded`` follows, as for any ack)."""
+
     def requeued(self, queue: str, type_name: str) -> None:
         """The delivery went back to its queue (nack with requeue)."""
 
@@ -37,6 +49,13 @@ class Hooks:
 
     def handler_finished(self, queue: str) -> None:
         """A handler ended, however it ended (in-flight count down)."""
+
+    def limit_waited(self, queue: str, type_name: str, seconds: float) -> None:
+        """A delivery of a rate- or concurrency-limited handler waited ``seconds`` for
+        its turn (called once per delivery of such a handler, 0 when it did not wait)."""
+
+    def limit_running(self, queue: str, type_name: str, running: int) -> None:
+        """A limited handler now has ``running`` calls in progress in this process."""
 
     def connection_changed(self, up: bool) -> None:
         """The broker connection was established (True) or lost (False)."""
@@ -49,6 +68,27 @@ class Hooks:
 
     def breaker_changed(self, queue: str, state: str) -> None:
         """The circuit breaker of ``queue`` is now ``closed``, ``open`` or ``half-open``."""
+
+    def connection_blocked(self, reason: str | None) -> None:
+        """The broker blocks the connection (a resource alarm: ``reason`` is one line such
+        as ``broker blocked: memory alarm``), or no longer does (None)."""
+
+    def copies_held(self, queue: str, held: int, reason: str | None) -> None:
+        """``held`` deliveries of ``queue`` wait for a copy the broker refused (a full
+        DLQ or retry queue) or did not confirm in time; the consumer is paused while
+        any do. ``reason`` is one line, None when ``held`` is 0."""
+
+    def topology_redeclared(self, queue: str, reason: str) -> None:
+        """The worker declared its queues again because one went away (``reason``: one of
+        ``REDECLARE_REASONS``, ``consumer_cancelled`` or ``unroutable``)."""
+
+    def handler_thread_abandoned(self, queue: str, type_name: str, abandoned: int) -> None:
+        """A sync handler of ``type_name`` ran past its timeout and keeps its thread;
+        ``abandoned`` threads are now held by such handlers."""
+
+    def handler_thread_returned(self, queue: str, type_name: str, abandoned: int) -> None:
+        """A sync handler of ``type_name`` that had run past its timeout returned at last;
+        its thread rejoins the pool, and ``abandoned`` threads are still held."""
 
     def published(self, exchange: str, type_name: str) -> None:
         """A publish was confirmed."""

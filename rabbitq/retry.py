@@ -7,11 +7,35 @@ attempts, the n-th failure going to the n-th delay's retry queue.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import ConfigurationError
-from .topology import delay_label, delay_ms
+from .errors import ConfigurationError, PermanentError, RetryLater
+
+_UNITS = (("h", 3_600_000), ("m", 60_000), ("s", 1_000))
+
+
+def delay_ms(seconds: float) -> int:
+    """A delay in seconds as whole milliseconds (at least 1 ms)."""
+    try:
+        ms = 0 if isinstance(seconds, bool) else round(seconds * 1000)
+    except (TypeError, ValueError, OverflowError):  # a string, None, NaN, infinity
+        ms = 0
+    if ms < 1 or abs(ms - seconds * 1000) > 1e-6:
+        raise ConfigurationError(
+            f"retry delay {seconds!r} s must be a positive whole number of milliseconds"
+        )
+    return ms
+
+
+def delay_label(ms: int) -> str:
+    """The delay written exactly in the largest unit that divides it: 1s, 90s, 2m, 1500ms."""
+    for unit, size in _UNITS:
+        if ms % size == 0:
+            return f"{ms // size}{unit}"
+    return f"{ms}ms"
+
 
 # Dead-letter reasons, as written to the ``rabbitq-reason`` header.
 EXHAUSTED = "exhausted"
@@ -57,6 +81,7 @@ class Retry:
 
     delay_ms: int
     next_attempt: int
+    deferred: bool = False  # asked for by RetryLater rather than a failed attempt
 
     @property
     def label(self) -> str:
@@ -102,3 +127,34 @@ def after_failure(policy: RetryPolicy, attempt: int, *, permanent: bool) -> Retr
     if attempt <= len(delays):
         return Retry(delays[attempt - 1], attempt + 1)
     return DeadLetter(EXHAUSTED)
+
+
+def not_started(policy: RetryPolicy, attempt: int) -> Retry | None:
+    """What to do with a message whose handler never started (no thread was free): the
+    first retry tier, *as the same attempt* (it is not charged one); None if the policy
+    has no tiers (the worker then returns the message to its queue)."""
+    delays = policy.delays_ms
+    return Retry(delays[0], attempt) if delays else None
+
+
+def after_retry_later(policy: RetryPolicy, attempt: int, later: RetryLater) -> Retry | DeadLetter:
+    """Where a message goes whose handler raised :class:`~rabbitq.RetryLater`.
+
+    The smallest tier of at least ``later.seconds``, else the largest; the attempt is
+    not used up unless ``later.count_attempt`` (then, with none left: ``exhausted``).
+    """
+    delays = policy.delays_ms
+    if not delays or (later.count_attempt and attempt > len(delays)):
+        return DeadLetter(EXHAUSTED)
+    wanted = math.ceil(later.seconds * 1000)
+    tier = min((d for d in delays if d >= wanted), default=max(delays))
+    return Retry(tier, attempt + 1 if later.count_attempt else attempt, deferred=True)
+
+
+def after_exception(
+    policy: RetryPolicy, attempt: int, failure: BaseException
+) -> Retry | DeadLetter:
+    """The decision after a handler raised ``failure`` on its ``attempt``-th try."""
+    if isinstance(failure, RetryLater):
+        return after_retry_later(policy, attempt, failure)
+    return after_failure(policy, attempt, permanent=isinstance(failure, PermanentError))

@@ -7,8 +7,9 @@ importing rabbitq has no side effects and tests can run many apps side by side.
 from __future__ import annotations
 
 import os
+import re
 import ssl
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from urllib.parse import quote, urlsplit, urlunsplit
 
@@ -76,7 +77,7 @@ def _seconds(name: str, value: str | None) -> float | None:
 class Settings:
     """Where the broker is and how to reach it. Build it with :meth:`from_env` or pass
     the fields yourself. ``consumer_timeout``: the broker's, in seconds, if you know it
-    (``0``: it has none; ``None``: assume RabbitMQ's default, see ``rabbitq.limits``)."""
+    (``0``: it has none; ``None``: assume RabbitMQ's default, see ``rabbitq.worker.limits``)."""
 
     url: str = DEFAULT_URL
     tls: TLS = field(default_factory=TLS)
@@ -98,9 +99,115 @@ class Settings:
         )
 
 
-def resolve_url(url: str | None) -> str:
-    """The given URL, else ``$RABBITQ_URL``, else the local broker."""
+def configured_url(url: str | None) -> str:
+    """The given URL, else ``$RABBITQ_URL``, else the local broker; not checked (for
+    scrubbing its password out of an error about it)."""
     return url or Settings.from_env().url
+
+
+def resolve_url(url: str | None) -> str:
+    """The given URL, else ``$RABBITQ_URL``, else the local broker, checked by
+    :func:`check_url` before anything connects to it."""
+    return check_url(configured_url(url))
+
+
+SCHEMES = ("amqp", "amqps")
+_EXAMPLE = "for example amqp://guest:guest@localhost:5672/"
+
+
+def url_problem(url: str) -> str | None:
+    """What is wrong with a broker URL, in a few words, or None if nothing is (pure).
+
+    aio-pika takes ``localhost:5672`` or ``garbage`` as a URL and then retries forever
+    ("host and port was not specified"), and speaks plain AMQP to ``http://``; so the
+    scheme must be ``amqp`` or ``amqps`` and a host must be present.
+    """
+    if not url.strip():
+        return f"it is empty ({_EXAMPLE})"
+    if any(c.isspace() for c in url):
+        return "it contains white space"
+    try:
+        parts = urlsplit(url)
+    except ValueError as exc:  # e.g. an unbalanced IPv6 bracket
+        return f"it cannot be parsed ({exc})"
+    scheme = parts.scheme.lower()
+    if "://" not in url or not scheme:
+        return f"it has no scheme: write amqp://... or amqps://... ({_EXAMPLE})"
+    if scheme not in SCHEMES:
+        return (
+            f"the scheme {parts.scheme + '://'!r} is not AMQP: use amqp:// or amqps:// "
+            f"(TLS) ({_EXAMPLE})"
+        )
+    if not parts.hostname:
+        return f"it names no host ({_EXAMPLE})"
+    try:
+        parts.port  # noqa: B018 (urlsplit checks the port only when asked)
+    except ValueError:
+        return "its port is not a number from 0 to 65535"
+    return None
+
+
+def check_url(url: str) -> str:
+    """``url`` if it is a broker URL rabbitq can use (one, or several separated by commas:
+    see :func:`broker_urls`), else :class:`ConfigurationError` with one line that says
+    what is wrong (and no password)."""
+    broker_urls(url)
+    return url
+
+
+def _shown(url: str) -> str:
+    """A URL that may be malformed, for an error: the password masked all the same."""
+    if "://" in url:
+        try:
+            return redact_url(url)
+        except ValueError:
+            pass
+        head, _, rest = url.partition("://")
+        return f"{head}://{_mask_userinfo(rest)}"
+    return _mask_userinfo(url)
+
+
+def _mask_userinfo(text: str) -> str:
+    """``user:secret@host`` as ``user:***@host`` (text without a scheme)."""
+    userinfo, at, host = text.rpartition("@")
+    if not at:
+        return text
+    user, colon, _ = userinfo.partition(":")
+    return f"{user}:***@{host}" if colon else text
+
+
+# A new address starts where a comma is followed by a scheme, so that a comma inside a
+# password or a query string does not split a URL.
+_NEXT_URL = re.compile(r"\s*,\s*(?=amqps?://)", re.IGNORECASE)
+
+
+def broker_urls(url: str) -> tuple[str, ...]:
+    """The addresses in ``url``: one, or several separated by commas (the nodes of a
+    cluster: ``amqp://u:p@node1/,amqp://u:p@node2/``). Each must be an ``amqp://`` or
+    ``amqps://`` URL with a host, all with the same scheme (one TLS setting serves all)."""
+    urls = tuple(part for part in _NEXT_URL.split(url.strip()) if part) or (url,)
+    schemes = set()
+    for one in urls:
+        problem = url_problem(one)
+        if problem is not None:
+            raise ConfigurationError(f"invalid broker URL {_shown(one)!r}: {problem}")
+        schemes.add(urlsplit(one).scheme.lower())
+    if len(schemes) > 1:
+        raise ConfigurationError(
+            "the broker URLs mix amqp:// and amqps://: give every node the same scheme"
+        )
+    return urls
+
+
+def join_urls(urls: str | Sequence[str]) -> str:
+    """One URL string for several addresses (comma-separated), validated."""
+    if isinstance(urls, str):
+        broker_urls(urls)
+        return urls
+    for one in urls:
+        if len(broker_urls(one)) != 1:
+            raise ConfigurationError(f"give one URL per list item, not {redact_url(one)!r}")
+    return ",".join(u.strip() for u in urls)
 
 
 def resolve_tls(tls: TLS | None) -> TLS:
@@ -114,7 +221,7 @@ def ssl_context_for(url: str, tls: TLS) -> ssl.SSLContext | None:
     TLS files with a plain ``amqp://`` URL are a mistake that would send the password
     in clear: it is an error, not a silent downgrade.
     """
-    scheme = urlsplit(url).scheme.lower()
+    scheme = urlsplit(check_url(url)).scheme.lower()
     if scheme == "amqps":
         return tls.context()
     if tls.configured:
@@ -126,7 +233,11 @@ def ssl_context_for(url: str, tls: TLS) -> ssl.SSLContext | None:
 
 
 def redact_url(url: str) -> str:
-    """The URL with its password replaced by ``***``, safe for logs and errors."""
+    """The URL with its password replaced by ``***``, safe for logs and errors
+    (each one's, for several comma-separated URLs)."""
+    several = _NEXT_URL.split(url)
+    if len(several) > 1:
+        return ",".join(redact_url(one) for one in several)
     parts = urlsplit(url)
     if parts.password is None:
         return url
@@ -154,5 +265,10 @@ def scrub(text: str, password: str | None) -> str:
 
 
 def url_password(url: str) -> str | None:
-    """The password in the URL, so that error text can be scrubbed of it."""
-    return urlsplit(url).password
+    """The password in the URL, so that error text can be scrubbed of it (for several
+    URLs, the first one's: a cluster's nodes share their users)."""
+    for one in _NEXT_URL.split(url):
+        password = urlsplit(one).password
+        if password:
+            return password
+    return None

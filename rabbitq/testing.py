@@ -12,13 +12,19 @@ what the worker would do with it::
 
     result = await deliver(app, b"not json", type="email.send")
     assert result.dead_lettered and result.reason == "invalid"
+
+A handler that raises :class:`~rabbitq.RetryLater` is ``retried`` with ``deferred`` set,
+in the tier it asked for, and with ``next_attempt == attempt`` unless it counted one.
+Handlers with an idempotency store (``rabbitq.effects``) use that real store, so a
+second ``deliver`` with the same key is a ``duplicate``; the follow-ups a handler
+published with ``ctx.publish`` (and that the worker would send) are in ``published``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -26,9 +32,10 @@ from typing import Any
 from . import headers as h
 from .app import App
 from .codec import encode
-from .dispatch import Ack, process
+from .effects.followups import FollowUp
 from .message import Message
 from .retry import DeadLetter, Retry
+from .worker.dispatch import Ack, process
 
 __all__ = ["FakeDelivery", "Result", "deliver", "deliver_sync"]
 
@@ -58,8 +65,16 @@ class Result:
     delay: str | None = None  # retry tier label, e.g. "10s"
     tier: int | None = None  # 1-based index of the retry tier
     next_attempt: int | None = None
+    deferred: bool = False  # retried because the handler raised RetryLater
     reason: str | None = None  # DLQ reason
     error: str | None = None
+    duplicate: bool = False  # acked without running: its key was handled before
+    published: tuple[FollowUp, ...] = ()  # the follow-ups the worker would send
+
+    @property
+    def messages(self) -> list[Message]:
+        """The follow-up messages, in the order they were published."""
+        return [f.message for f in self.published]
 
     @property
     def acked(self) -> bool:
@@ -114,21 +129,29 @@ async def deliver(
         redelivered=redelivered,
         timestamp=timestamp or datetime.now(UTC),
     )
-    outcome = await process(app.handlers, app.queue, delivery)
+    sent: list[FollowUp] = []
+
+    async def send(follow_ups: Sequence[FollowUp]) -> None:
+        sent.extend(follow_ups)
+
+    outcome = await process(app.handlers, app.queue, delivery, send=send, outbox=app.outbox)
     decision = outcome.decision
     common: dict[str, Any] = {
         "type_name": outcome.type_name,
         "attempt": outcome.attempt,
         "error": outcome.error,
+        "published": tuple(sent),
     }
     if isinstance(decision, Ack):
-        return Result(outcome="ack", **common)
+        return Result(outcome="ack", duplicate=outcome.duplicate, **common)
     if isinstance(decision, Retry):
+        handler = app.handlers[outcome.type_name]
         return Result(
             outcome="retry",
             delay=decision.label,
-            tier=outcome.attempt,  # the n-th failure waits in the n-th tier
+            tier=handler.retry.delays_ms.index(decision.delay_ms) + 1,
             next_attempt=decision.next_attempt,
+            deferred=decision.deferred,
             **common,
         )
     assert isinstance(decision, DeadLetter)

@@ -6,7 +6,7 @@ For ``App(queue="emails", exchange="rabbitq")`` with delays of 1 s and 10 s::
     queue     emails             DLX "" -> emails.dlq, bound with each type name
     queue     emails.retry.1s    TTL 1000 ms, DLX "" -> emails
     queue     emails.retry.10s   TTL 10000 ms, DLX "" -> emails
-    queue     emails.dlq
+    queue     emails.dlq         overflow reject-publish (quorum: delivery limit 10^9)
 
 Queue arguments are a wire contract: RabbitMQ refuses to redeclare a queue with
 other arguments, so any change here is a breaking change for deployed queues.
@@ -24,6 +24,8 @@ import aiormq
 from aio_pika.abc import AbstractChannel, AbstractConnection, AbstractQueue
 
 from .errors import ConfigurationError, TopologyMismatch
+from .retry import delay_label as delay_label  # re-exported: names use it
+from .retry import delay_ms as delay_ms
 
 QueueType = Literal["classic", "quorum"]
 QUEUE_TYPES: tuple[QueueType, ...] = ("classic", "quorum")
@@ -31,38 +33,18 @@ DEFAULT_DELIVERY_LIMIT = 10
 # An App's queues are quorum queues unless it says otherwise: see docs/reliability.md.
 DEFAULT_QUEUE_TYPE: QueueType = "quorum"
 
-_UNITS = (("h", 3_600_000), ("m", 60_000), ("s", 1_000))
-
-
-def delay_ms(seconds: float) -> int:
-    """A delay in seconds as whole milliseconds (at least 1 ms)."""
-    try:
-        ms = 0 if isinstance(seconds, bool) else round(seconds * 1000)
-    except (TypeError, ValueError, OverflowError):  # a string, None, NaN, infinity
-        ms = 0
-    if ms < 1 or abs(ms - seconds * 1000) > 1e-6:
-        raise ConfigurationError(
-            f"retry delay {seconds!r} s must be a positive whole number of milliseconds"
-        )
-    return ms
-
-
-def delay_label(ms: int) -> str:
-    """The delay written exactly in the largest unit that divides it: 1s, 90s, 2m, 1500ms."""
-    for unit, size in _UNITS:
-        if ms % size == 0:
-            return f"{ms // size}{unit}"
-    return f"{ms}ms"
-
 
 def retry_queue_name(queue: str, ms: int) -> str:
     """``<queue>.retry.<label>``: the queue that holds retries of this delay."""
     return f"{queue}.retry.{delay_label(ms)}"
 
 
+DLQ_SUFFIX = ".dlq"
+
+
 def dlq_name(queue: str) -> str:
     """``<queue>.dlq``: the dead-letter queue of ``queue``."""
-    return f"{queue}.dlq"
+    return f"{queue}{DLQ_SUFFIX}"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -90,6 +72,10 @@ class Topology:
         """Main queue, retry queues (shortest delay first), DLQ."""
         return (self.main, *self.retries, self.dlq)
 
+    def depth_specs(self) -> list[tuple[str, str]]:
+        """``(name, kind)`` of every queue, as :func:`queue_depths` takes them."""
+        return [(q.name, q.kind) for q in self.queues]
+
     def retry_queue(self, ms: int) -> QueueSpec:
         """The retry queue for a delay of ``ms`` milliseconds."""
         for spec in self.retries:
@@ -110,6 +96,32 @@ def _type_arguments(queue_type: QueueType, delivery_limit: int) -> dict[str, Any
         "x-dead-letter-strategy": "at-least-once",
         "x-overflow": "reject-publish",
     }
+
+
+# A DLQ's delivery limit: high enough that no number of reads ever reaches it. RabbitMQ
+# 4.0+ gives every quorum queue a limit of 20 unless told otherwise and counts the
+# returns of `dlq list`/`show` (4.0-4.2) or their channel closes (4.3) toward it, and a
+# DLQ has no dead-letter target, so at the limit a message would be dropped. 0 and -1
+# are no answer: on 3.10 they drop a message at its first return (measured).
+DLQ_DELIVERY_LIMIT = 1_000_000_000
+
+
+def dlq_arguments(queue_type: QueueType) -> dict[str, Any]:
+    """A DLQ's arguments: a length limit (a policy) can only refuse a dead letter, never
+    drop one (``x-overflow: reject-publish``), and on quorum reading it never uses up a
+    delivery limit (see :data:`DLQ_DELIVERY_LIMIT`).
+
+    A policy that sets ``overflow: drop-head`` or ``message-ttl`` still wins over these
+    arguments: ``rabbitq doctor`` reports such policies.
+    """
+    arguments: dict[str, Any] = {"x-overflow": "reject-publish"}
+    if queue_type == "quorum":
+        arguments = {
+            "x-queue-type": "quorum",
+            "x-delivery-limit": DLQ_DELIVERY_LIMIT,
+            **arguments,
+        }
+    return arguments
 
 
 def plan(
@@ -152,8 +164,7 @@ def plan(
         )
         for ms in sorted(set(delays_ms))
     )
-    dlq_args: dict[str, Any] = {"x-queue-type": "quorum"} if queue_type == "quorum" else {}
-    dlq = QueueSpec(name=dlq_name(queue), kind="dlq", arguments=dlq_args)
+    dlq = QueueSpec(name=dlq_name(queue), kind="dlq", arguments=dlq_arguments(queue_type))
     return Topology(
         exchange=exchange,
         main=main,
@@ -171,14 +182,76 @@ _INEQUIVALENT = re.compile(
 )
 
 
-def mismatch_from_error(exc: BaseException) -> TopologyMismatch | None:
-    """Turn the broker's PRECONDITION_FAILED text into a :class:`TopologyMismatch`."""
+# The arguments rabbitq gives quorum queues only: a mismatch on one of them, where one
+# side has none, means the queue exists with the other type. Not on a DLQ: every DLQ has
+# x-overflow, and DLQs declared before rabbitq set it (issue 11) have neither it nor
+# x-delivery-limit, whatever their type; there only x-queue-type tells the type.
+_QUORUM_ONLY = frozenset(_type_arguments("quorum", DEFAULT_DELIVERY_LIMIT))
+
+
+def type_change(argument: str, detail: str, *, dlq: bool = False) -> tuple[str, str] | None:
+    """``(existing, wanted)`` queue types if a mismatch on ``argument`` means that the
+    queue exists with another type than the app wants; else None. ``detail`` is the
+    broker's "received ... but current is ..." text; ``dlq``: the queue is a DLQ."""
+    if argument not in _QUORUM_ONLY or (dlq and argument != "x-queue-type"):
+        return None
+    received, _, current = detail.partition(" but current is ")
+    if argument == "x-queue-type":
+        types = [re.search(r"'?(classic|quorum|stream)'?", side) for side in (current, received)]
+        existing, wanted = (m[1] if m else "classic" for m in types)
+        return (existing, wanted) if existing != wanted else None
+    if current.strip() == "none":
+        return ("classic", "quorum")
+    if received.strip() == "received none":
+        return ("quorum", "classic")
+    return None
+
+
+def old_dlq(name: str, argument: str, detail: str) -> str:
+    """What to do about a DLQ declared without an argument rabbitq now gives DLQs
+    (``x-overflow``, on quorum ``x-delivery-limit``); "" if that is not the mismatch."""
+    received, _, current = detail.partition(" but current is ")
+    value = re.search(r"'([^']*)'", received)
+    if argument not in dlq_arguments("quorum") or current.strip() != "none" or value is None:
+        return ""
+    main = name.removesuffix(DLQ_SUFFIX)
+    return (
+        f"queue {name!r} was declared without {argument} (the app declares {argument} "
+        f"{value[1]}: a DLQ declared before rabbitq set it); RabbitMQ cannot change a "
+        f"queue's arguments: move the dead letters over once (docs/reliability.md, "
+        f"'Migrating a deployed DLQ'): rabbitq dlq export {main} FILE, rabbitmqctl "
+        f"delete_queue {name}, rabbitq topology MODULE:APP, rabbitq dlq import {main} FILE"
+    )
+
+
+def mismatch_from_error(
+    exc: BaseException, topology: Topology | None = None
+) -> TopologyMismatch | None:
+    """Turn the broker's PRECONDITION_FAILED text into a :class:`TopologyMismatch`.
+
+    A queue that exists with the other queue type is said as such, rather than by the
+    first quorum argument the broker happened to compare; a DLQ declared before rabbitq
+    gave DLQs their arguments, with the way to migrate it. Which queue is the DLQ comes
+    from ``topology`` (without it: a name that ends in ``.dlq``).
+    """
     text = " ".join(str(a) for a in exc.args)
     match = _INEQUIVALENT.search(text)
     if match is None:
         return None
+    explanation = ""
+    name, argument, detail = match["name"], match["arg"], match["detail"]
+    dlq = name == topology.dlq.name if topology is not None else name.endswith(DLQ_SUFFIX)
+    if match["kind"] == "queue" and (change := type_change(argument, detail, dlq=dlq)):
+        existing, wanted = change
+        explanation = (
+            f"queue {name!r} exists as a {existing} queue, the app wants {wanted} "
+            f"(queue_type={wanted!r}); RabbitMQ cannot change a queue's type: drain and "
+            f"delete it (rabbitmqctl delete_queue {name}) or set App(queue_type={existing!r})"
+        )
+    elif match["kind"] == "queue" and dlq:
+        explanation = old_dlq(name, argument, detail)
     return TopologyMismatch(
-        match["kind"], match["name"], match["arg"], match["detail"].replace("'", "")
+        match["kind"], name, argument, detail.replace("'", ""), explanation=explanation
     )
 
 
@@ -201,7 +274,7 @@ async def declare(channel: AbstractChannel, topology: Topology) -> AbstractQueue
         for key in topology.routing_keys:
             await main.bind(exchange, routing_key=key)
     except aiormq.exceptions.ChannelPreconditionFailed as exc:
-        mismatch = mismatch_from_error(exc)
+        mismatch = mismatch_from_error(exc, topology)
         if mismatch is None:
             raise
         raise mismatch from exc

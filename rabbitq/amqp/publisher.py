@@ -1,0 +1,324 @@
+"""Publishing typed messages with publisher confirms, ``mandatory`` and persistence.
+
+``publish()`` returns only after the broker confirmed the message; every way it can
+fail is a :class:`~rabbitq.errors.PublishError`. It publishes through
+:func:`rabbitq.amqp.confirm.send_confirmed`, as the worker's copies and the DLQ tool
+do, with the properties of :func:`rabbitq.amqp.properties.new`. It takes what it needs
+from an app through the small :class:`PublishingApp` protocol, so it does not import
+:mod:`rabbitq.app` (which imports it).
+
+By default a publish fails at once when the connection is down. A publisher opened
+with ``retry_for=S`` keeps trying (connecting, and each unconfirmed publish) with
+backoff for at most ``S`` seconds while the robust connection reconnects, then raises.
+A retried publish may store the message twice (same ``message_id``) if the broker
+stored it but its confirm was lost: at-least-once, like everything else.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
+from types import TracebackType
+from typing import Any, Protocol
+
+import aio_pika
+import aiormq
+from aio_pika.abc import AbstractChannel, AbstractExchange, AbstractRobustConnection
+
+from .. import headers as h
+from ..codec import encode
+from ..errors import (
+    BrokerUnavailable,
+    ConfigurationError,
+    PartialPublish,
+    PublishError,
+    PublishInterrupted,
+)
+from ..hooks import Hooks, combine
+from ..message import Message
+from ..retry import delay_ms
+from ..settings import TLS
+from ..topology import Topology
+from ..tracing.base import NO_SEND, Tracing
+from . import properties
+from .confirm import error_kind, send_confirmed
+from .connection import connect
+
+DEFAULT_WINDOW = 512
+# Waits between attempts of a publisher with ``retry_for``: doubling, capped.
+RETRY_FIRST_WAIT = 0.1
+RETRY_MAX_WAIT = 2.0
+# How long a publish without ``retry_for`` waits for its confirm (a broker under a
+# resource alarm blocks publishers and would otherwise keep it waiting forever).
+DEFAULT_TIMEOUT = 60.0
+CLOSE_TIMEOUT = 5.0
+
+
+def retry_waits(first: float = RETRY_FIRST_WAIT, cap: float = RETRY_MAX_WAIT) -> Iterator[float]:
+    """The waits between attempts: 0.1, 0.2, 0.4, ... seconds, at most ``cap`` each."""
+    wait = first
+    while True:
+        yield wait
+        wait = min(wait * 2, cap)
+
+
+class PublishingApp(Protocol):
+    """What a :class:`Publisher` needs from an app (:class:`rabbitq.App` has it)."""
+
+    @property
+    def exchange(self) -> str: ...
+    @property
+    def queue(self) -> str: ...
+    def topology(self) -> Topology: ...
+    @property
+    def tracing(self) -> Tracing: ...
+
+
+class Publisher:
+    """Publishes an app's messages. Use it as ``async with app.publisher() as pub``.
+
+    Pass ``connection`` to share one you already have; otherwise the publisher opens
+    its own robust connection and closes it on exit. ``retry_for`` (seconds, default
+    None: fail at once) bounds how long connecting and each publish keep retrying while
+    the broker is unreachable; past it they raise, never report an unconfirmed success.
+    ``timeout`` (seconds, default 60) bounds how long one publish without ``retry_for``
+    waits for its confirm, e.g. while the broker blocks publishers under a memory alarm:
+    past it, :class:`~rabbitq.PublishInterrupted` (the message may have been stored).
+    """
+
+    def __init__(
+        self,
+        app: PublishingApp,
+        *,
+        url: str,
+        connection: AbstractRobustConnection | None = None,
+        hooks: Hooks | list[Hooks] | None = None,
+        tls: TLS | None = None,
+        retry_for: float | None = None,
+        timeout: float = DEFAULT_TIMEOUT,
+    ) -> None:
+        if not timeout > 0:
+            raise ConfigurationError(f"timeout must be positive seconds, not {timeout!r}")
+        self._timeout = timeout
+        if retry_for is not None and not retry_for > 0:
+            raise ConfigurationError(
+                f"retry_for must be positive seconds or None, not {retry_for!r}"
+            )
+        self._app = app
+        self._retry_for = retry_for
+        self._url = url
+        self._tls = tls
+        self._connection = connection
+        self._owns_connection = connection is None
+        self._hooks = combine(hooks)
+        self._channel: AbstractChannel | None = None
+        self._exchange: AbstractExchange | None = None
+
+    async def __aenter__(self) -> Publisher:
+        await self.open()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def open(self) -> None:
+        """Connect (unless given a connection) and declare the app's exchange."""
+        if self._connection is None:
+            self._connection = await self._connect()
+        self._channel = await self._connection.channel(
+            publisher_confirms=True, on_return_raises=True
+        )
+        self._exchange = await self._channel.declare_exchange(
+            self._app.exchange, aio_pika.ExchangeType.TOPIC, durable=True
+        )
+
+    async def _connect(self) -> AbstractRobustConnection:
+        name = f"rabbitq publisher {self._app.queue}"
+        if self._retry_for is None:
+            return await connect(self._url, name=name, tls=self._tls)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._retry_for
+        for wait in retry_waits():
+            try:
+                return await connect(
+                    self._url, name=name, timeout=max(0.1, deadline - loop.time()), tls=self._tls
+                )
+            except BrokerUnavailable as exc:
+                login_refused = isinstance(
+                    exc.__cause__,
+                    (
+                        aiormq.exceptions.AuthenticationError,
+                        aiormq.exceptions.ProbableAuthenticationError,
+                    ),
+                )
+                if login_refused or loop.time() + wait >= deadline:
+                    raise BrokerUnavailable(
+                        f"{exc} (gave up after retry_for={self._retry_for:g}s)"
+                    ) from exc
+            await asyncio.sleep(wait)
+        raise AssertionError("unreachable")  # retry_waits() never ends
+
+    async def close(self) -> None:
+        """Close the channel, and the connection if the publisher opened it."""
+        channel, self._channel, self._exchange = self._channel, None, None
+        # Bounded: a broker that blocks publishers (an alarm) does not read our close.
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(CLOSE_TIMEOUT):
+                if channel is not None and not channel.is_closed:
+                    await channel.close()
+        if self._owns_connection and self._connection is not None:
+            connection, self._connection = self._connection, None
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(CLOSE_TIMEOUT):
+                    await connection.close()
+
+    def _target(self, type_name: str, delay: float | None) -> tuple[AbstractChannel, str, str]:
+        """The channel, exchange name and routing key to publish to."""
+        if self._exchange is None or self._channel is None:
+            raise PublishInterrupted("the publisher is not open: use 'async with app.publisher()'")
+        if delay is None:
+            return self._channel, self._app.exchange, type_name
+        # A delayed message waits in this app's retry queue of that delay and then
+        # reaches this app's queue only, like a retry.
+        spec = self._app.topology().retry_queue(delay_ms(delay))
+        return self._channel, "", spec.name
+
+    async def publish(
+        self,
+        message: Message,
+        *,
+        message_id: str | None = None,
+        correlation_id: str | None = None,
+        headers: Mapping[str, Any] | None = None,
+        reply_to: str | None = None,
+        delay: float | None = None,
+    ) -> str:
+        """Publish and wait for the broker's confirm; return the ``message_id``.
+
+        ``delay`` (seconds) must equal one of the app's retry delays: the message then
+        waits in that retry queue and is delivered to this app's queue only.
+        """
+        type_name = message.type_name()
+        channel, exchange, routing_key = self._target(type_name, delay)
+        if delay is not None:
+            headers = {
+                **(headers or {}),
+                h.ORIGINAL_EXCHANGE: self._app.exchange,
+                h.ORIGINAL_ROUTING_KEY: type_name,
+            }
+        props = properties.new(
+            message,
+            message_id=message_id,
+            correlation_id=correlation_id,
+            headers=headers,
+            reply_to=reply_to,
+        )
+        body = encode(message)
+        span = NO_SEND
+        if self._app.tracing.enabled:  # writes traceparent into the headers
+            assert props.headers is not None and props.message_id is not None
+            span = self._app.tracing.publish(
+                props.headers,
+                exchange=exchange,
+                routing_key=routing_key,
+                type_name=type_name,
+                message_id=props.message_id,
+                correlation_id=props.correlation_id,
+                body_size=len(body),
+            )
+        try:
+            if self._retry_for is None:
+                try:
+                    async with asyncio.timeout(self._timeout):
+                        await send_confirmed(channel, exchange, routing_key, body, props)
+                except TimeoutError:
+                    raise PublishInterrupted(
+                        f"no confirm within {self._timeout:g}s (is the broker blocking "
+                        "publishers? a memory or disk alarm); it may or may not have been stored"
+                    ) from None
+            else:
+                await self._within(
+                    self._retry_for,
+                    lambda: send_confirmed(channel, exchange, routing_key, body, props),
+                )
+        except PublishError as exc:
+            span.end(exc)
+            self._hooks.publish_failed(self._app.exchange, type_name, error_kind(exc))
+            raise
+        except BaseException as exc:
+            span.end(exc)
+            raise
+        span.end()
+        self._hooks.published(self._app.exchange, type_name)
+        assert props.message_id is not None
+        return props.message_id
+
+    async def _within(self, seconds: float, send: Callable[[], Awaitable[None]]) -> None:
+        """``send()``, retried after an interruption until ``seconds`` have passed.
+
+        Only :class:`PublishInterrupted` is retried (the robust connection reconnects
+        and restores the channel meanwhile); unroutable and nacked messages are not.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + seconds
+        attempts = 0
+        for wait in retry_waits():
+            attempts += 1
+            try:
+                async with asyncio.timeout(max(0.0, deadline - loop.time())):
+                    await send()
+                return
+            except PublishInterrupted as exc:
+                last: str = str(exc)
+            except TimeoutError:
+                last = "no confirm from the broker in time; it may or may not have been stored"
+            if loop.time() + wait >= deadline:
+                raise PublishInterrupted(
+                    f"not confirmed within retry_for={seconds:g}s ({attempts} attempt(s)); "
+                    f"last: {last}"
+                )
+            await asyncio.sleep(wait)
+
+    async def publish_many(
+        self, messages: Iterable[Message], *, window: int = DEFAULT_WINDOW
+    ) -> list[str]:
+        """Publish with pipelined confirms, ``window`` in flight at a time.
+
+        Returns the message ids in order. If any message is not confirmed, the others
+        are still awaited and :class:`~rabbitq.errors.PartialPublish` says which.
+        """
+        confirmed_ids: list[str] = []
+        failed: list[tuple[str, PublishError]] = []
+        batch: list[Awaitable[str]] = []
+        ids: list[str] = []
+
+        async def drain() -> None:
+            results = await asyncio.gather(*batch, return_exceptions=True)
+            for mid, result in zip(ids, results, strict=True):
+                if isinstance(result, PublishError):
+                    failed.append((mid, result))
+                elif isinstance(result, BaseException):
+                    raise result
+                else:
+                    confirmed_ids.append(mid)
+            batch.clear()
+            ids.clear()
+
+        for message in messages:
+            mid = uuid.uuid4().hex
+            ids.append(mid)
+            batch.append(self.publish(message, message_id=mid))
+            if len(batch) >= window:
+                await drain()
+        if batch:
+            await drain()
+        if failed:
+            raise PartialPublish(confirmed_ids, failed)
+        return confirmed_ids

@@ -1,0 +1,221 @@
+"""What each RabbitMQ version does that rabbitq depends on (pure: facts, no I/O).
+
+RabbitMQ changed, between 3.10 and 4.3, how a quorum queue counts deliveries toward
+``x-delivery-limit``, whether it has a limit at all by default, who owns ``x-``
+headers, and how it enforces ``consumer_timeout``. Every such fact lives here, keyed
+by the version the broker announces in its ``connection.start`` server properties,
+so that the worker, the DLQ tools and ``rabbitq doctor`` decide from one table.
+
+Which facts were measured on this project's RabbitMQ 3.10.8 and which rest on
+RabbitMQ's documentation alone: docs/reliability.md, "Broker versions".
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+log = logging.getLogger("rabbitq.worker")
+
+Series = Literal["3.x", "4.0-4.2", "4.3+"]
+
+_VERSION = re.compile(r"^\s*(\d+)\.(\d+)(?:\.(\d+))?")
+
+NEWEST_KNOWN = (4, 3)
+"""The newest series whose behaviour this table describes; later ones are assumed to
+behave like it (and ``doctor`` says so)."""
+
+
+@dataclass(frozen=True, order=True)
+class BrokerVersion:
+    """A RabbitMQ version, as announced in the server properties (``"3.10.8"``)."""
+
+    major: int
+    minor: int
+    patch: int = 0
+
+    def __str__(self) -> str:
+        return f"{self.major}.{self.minor}.{self.patch}"
+
+    @classmethod
+    def parse(cls, text: str | bytes | None) -> BrokerVersion | None:
+        """``"3.10.8"``, ``"4.1.0-rc.1"``, ``b"4.0.5"`` -> a version; None if unreadable."""
+        if isinstance(text, bytes):
+            text = text.decode("utf-8", "replace")
+        if not isinstance(text, str):
+            return None
+        match = _VERSION.match(text)
+        if match is None:
+            return None
+        return cls(int(match[1]), int(match[2]), int(match[3] or 0))
+
+    @property
+    def series(self) -> Series:
+        """The behaviour family: ``3.x`` (3.10-3.13), ``4.0-4.2`` or ``4.3+``."""
+        if self.major < 4:
+            return "3.x"
+        if (self.major, self.minor) < (4, 3):
+            return "4.0-4.2"
+        return "4.3+"
+
+
+BROKER_HEADERS = (
+    "x-death",
+    "x-first-death-reason",
+    "x-first-death-queue",
+    "x-first-death-exchange",
+    "x-last-death-reason",
+    "x-last-death-queue",
+    "x-last-death-exchange",
+    "x-delivery-count",
+    "x-received-from",
+)
+"""Headers RabbitMQ writes and interprets (dead-lettering, quorum delivery counts,
+federation hops). From 3.13 on the broker owns every ``x-`` header and ignores those a
+client sets; before, it interpreted a client's ``x-death`` (and crashed a quorum queue
+on a malformed one, measured on 3.10.8). Copies that go back into a queue must not
+carry them: see :func:`broker_owned`."""
+
+
+def broker_owned(header: str) -> bool:
+    """Whether a header belongs to the broker: every ``x-`` header (case-insensitive),
+    the ones in :data:`BROKER_HEADERS` included. rabbitq's own are ``rabbitq-*``."""
+    return header.lower().startswith("x-")
+
+
+def version_from_server_properties(properties: Mapping[str, Any] | None) -> BrokerVersion | None:
+    """The version in a connection's server properties (``product`` must be RabbitMQ)."""
+    if not properties:
+        return None
+    product = properties.get("product")
+    if isinstance(product, bytes):
+        product = product.decode("utf-8", "replace")
+    if product is not None and "rabbitmq" not in str(product).lower():
+        return None
+    return BrokerVersion.parse(properties.get("version"))
+
+
+@dataclass(frozen=True, kw_only=True)
+class BrokerFacts:
+    """The version-dependent behaviour of one broker, for quorum queues unless noted."""
+
+    version: BrokerVersion | None
+    series: Series
+    delivery_count_counts: tuple[str, ...]
+    """What a quorum queue counts toward ``x-delivery-limit``."""
+    default_delivery_limit: int | None
+    """The limit a quorum queue has when neither argument nor policy sets one."""
+    limit_below_one_drops: bool
+    """Whether ``x-delivery-limit`` 0 or -1 dead-letters (or drops) a message at its
+    first return (3.x, measured on 3.10.8) rather than meaning "no limit" (-1 on 4.x)."""
+    unlimited_argument: int | None
+    """The ``x-delivery-limit`` that means "no limit"; None: there is none, leave the
+    argument out (possible only where there is no default limit)."""
+    broker_owns_x_headers: bool
+    """Whether the broker ignores ``x-`` headers set by clients (3.13+)."""
+    consumer_timeout_action: Literal["channel close", "basic.cancel"]
+    """What the broker does to a consumer whose delivery outlived ``consumer_timeout``."""
+    native_delayed_retry: bool
+    """Whether quorum queues can delay a requeued message themselves (4.3+)."""
+    measured: bool
+    """Whether this series was measured on this project's machine (3.10.8), rather
+    than taken from RabbitMQ's documentation."""
+
+    @property
+    def reads_count_toward_limit(self) -> bool:
+        """Whether reading a message without ack and returning it (as ``dlq list``
+        does) spends a delivery of its limit."""
+        return "returns" in self.delivery_count_counts or "channel closes" in (
+            self.delivery_count_counts
+        )
+
+
+def facts_for(version: BrokerVersion | None) -> BrokerFacts:
+    """The facts for ``version`` (None: unknown, assume the most cautious, 4.0-4.2)."""
+    series: Series = version.series if version is not None else "4.0-4.2"
+    owns = version is not None and (version.major, version.minor) >= (3, 13)
+    if series == "3.x":
+        return BrokerFacts(
+            version=version,
+            series=series,
+            delivery_count_counts=("returns", "channel closes", "rejects with requeue"),
+            default_delivery_limit=None,
+            limit_below_one_drops=True,
+            unlimited_argument=None,
+            broker_owns_x_headers=owns,
+            consumer_timeout_action="channel close",
+            native_delayed_retry=False,
+            measured=version is not None and (version.major, version.minor) == (3, 10),
+        )
+    if series == "4.0-4.2":
+        return BrokerFacts(
+            version=version,
+            series=series,
+            delivery_count_counts=("returns", "channel closes", "rejects with requeue"),
+            default_delivery_limit=20,
+            limit_below_one_drops=False,
+            unlimited_argument=-1,
+            broker_owns_x_headers=True,
+            consumer_timeout_action="channel close",
+            native_delayed_retry=False,
+            measured=False,
+        )
+    return BrokerFacts(
+        version=version,
+        series=series,
+        # 4.3 counts only what signals a failed processing: basic.reject, and the
+        # returns of a closed channel; basic.nack(requeue) no longer counts.
+        delivery_count_counts=("channel closes", "rejects with requeue"),
+        default_delivery_limit=20,
+        limit_below_one_drops=False,
+        unlimited_argument=-1,
+        broker_owns_x_headers=True,
+        consumer_timeout_action="basic.cancel",
+        native_delayed_retry=True,
+        measured=False,
+    )
+
+
+def describe(facts: BrokerFacts) -> list[str]:
+    """The facts as short sentences, for the start-up log and ``rabbitq doctor``."""
+    name = f"RabbitMQ {facts.version}" if facts.version else "RabbitMQ (version unknown)"
+    limit = (
+        f"quorum queues have a default delivery limit of {facts.default_delivery_limit}"
+        if facts.default_delivery_limit is not None
+        else "quorum queues have no delivery limit unless one is set"
+    )
+    lines = [
+        f"{name}: {facts.series} behaviour"
+        + ("" if facts.measured else " (from RabbitMQ's documentation; not measured here)"),
+        f"{limit}; {', '.join(facts.delivery_count_counts)} count toward it",
+        f"a delivery past consumer_timeout gets a {facts.consumer_timeout_action}",
+    ]
+    if facts.limit_below_one_drops:
+        lines.append("x-delivery-limit 0 or -1 drops a message at its first return")
+    if facts.broker_owns_x_headers:
+        lines.append("the broker ignores x- headers that clients set (x-death included)")
+    if facts.version is not None and (facts.version.major, facts.version.minor) > NEWEST_KNOWN:
+        lines.append(
+            f"newer than {NEWEST_KNOWN[0]}.{NEWEST_KNOWN[1]}, the newest series rabbitq "
+            f"knows: assuming it behaves like it"
+        )
+    return lines
+
+
+def server_properties(connection: Any) -> Mapping[str, Any] | None:
+    """The server properties of an aio-pika connection (None if it is not connected)."""
+    transport = getattr(connection, "transport", None)
+    underlying = getattr(transport, "connection", None)
+    properties = getattr(underlying, "server_properties", None)
+    return properties if isinstance(properties, Mapping) else None
+
+
+def log_broker(connection: Any) -> BrokerFacts:
+    """Log which broker the connection reached and what that means; return the facts."""
+    facts = facts_for(version_from_server_properties(server_properties(connection)))
+    for line in describe(facts):
+        log.info("%s", line)
+    return facts

@@ -1,0 +1,107 @@
+"""What the ``rabbitq`` commands share: ``--url``, ``--tls-*``, ``--json`` and one-line
+errors.
+
+Its own module so that the command modules can use it without importing each other.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+
+from ..errors import RabbitqError
+from ..settings import TLS, URL_ENV, configured_url, scrub, url_password
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _join_urls(_ctx: click.Context, _param: click.Parameter, value: tuple[str, ...]) -> str | None:
+    """Several ``--url`` (the nodes of a cluster) become one comma-separated URL."""
+    return ",".join(value) if value else None
+
+
+url_option = click.option(
+    "--url",
+    envvar=URL_ENV,
+    multiple=True,
+    callback=_join_urls,
+    show_envvar=True,
+    help="AMQP URL of the broker [default: amqp://guest:guest@localhost:5672/]. Repeat it "
+    "(or separate URLs with commas) for the nodes of a cluster: workers fail over between them.",
+)
+
+
+def friendly_errors(fn: F) -> F:
+    """Turn rabbitq's errors into a one-line message (no password) and exit status 1."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        url = kwargs.get("url")
+        try:
+            return fn(*args, **kwargs)
+        except RabbitqError as exc:
+            resolved = configured_url(url)
+            raise click.ClickException(scrub(str(exc), url_password(resolved))) from exc
+
+    return wrapper  # type: ignore[return-value]
+
+
+json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+
+
+def tls_options(fn: F) -> F:
+    """``--tls-ca``, ``--tls-cert``, ``--tls-key``, passed on as ``tls`` (None: the
+    ``$RABBITQ_TLS_*`` files, read by rabbitq.settings when connecting)."""
+
+    @functools.wraps(fn)
+    def wrapper(
+        *args: Any, tls_ca: str | None, tls_cert: str | None, tls_key: str | None, **kwargs: Any
+    ) -> Any:
+        given = tls_ca or tls_cert or tls_key
+        tls = TLS(ca=tls_ca, cert=tls_cert, key=tls_key) if given else None
+        return fn(*args, tls=tls, **kwargs)
+
+    path = click.Path(dir_okay=False)
+    for name, what in (
+        ("--tls-key", "Client private key (PEM, unencrypted) [env: RABBITQ_TLS_KEY]."),
+        (
+            "--tls-cert",
+            "Client certificate (PEM) for brokers that verify clients [env: RABBITQ_TLS_CERT].",
+        ),
+        (
+            "--tls-ca",
+            "CA bundle (PEM) to verify an amqps:// broker [env: RABBITQ_TLS_CA; "
+            "default: the system's].",
+        ),
+    ):
+        wrapper = click.option(name, type=path, default=None, help=what)(wrapper)
+    return wrapper  # type: ignore[return-value]
+
+
+class Command(click.Group):
+    """The root group: a usage error is one line that says where help is, not click's
+    block of usage, hint and error."""
+
+    def main(  # type: ignore[override]
+        self, args: Any = None, prog_name: str | None = None, **extra: Any
+    ) -> Any:
+        if extra.pop("standalone_mode", True) is False:
+            return super().main(args, prog_name, standalone_mode=False, **extra)
+        try:
+            result = super().main(args, prog_name, standalone_mode=False, **extra)
+        except click.UsageError as exc:
+            where = exc.ctx.command_path if exc.ctx is not None else "rabbitq"
+            message = exc.format_message().rstrip(".")
+            click.echo(f"Error: {message} (see '{where} --help')", err=True)
+            sys.exit(exc.exit_code)
+        except click.ClickException as exc:
+            exc.show()
+            sys.exit(exc.exit_code)
+        except click.Abort:
+            click.echo("Aborted!", err=True)
+            sys.exit(1)
+        sys.exit(result if isinstance(result, int) else 0)

@@ -1,0 +1,489 @@
+"""``rabbitq dlq``: list, show, replay, export, import and purge dead messages.
+
+The commands parse options and call :mod:`rabbitq.dlq`; :mod:`rabbitq.dlq_view` draws.
+QUEUE is a service's queue (its DLQ, ``QUEUE.dlq``, is used) or a DLQ's own name.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import sys
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
+
+import click
+from aio_pika.abc import AbstractConnection
+from rich.console import Console
+
+from .. import dlq as ops
+from ..amqp.connection import connect_once
+from ..app import load_app
+from ..errors import DlqError, DlqInterrupted
+from ..retry import REASONS
+from ..settings import TLS, resolve_url
+from . import dlq_view as view
+from .common import F, friendly_errors, tls_options, url_option
+
+T = TypeVar("T")
+
+
+def _json_option(fn: F) -> F:
+    return click.option("--json", "as_json", is_flag=True, help="Print one JSON object per line.")(
+        fn
+    )
+
+
+def _check_reasons(
+    _ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]
+) -> tuple[str, ...]:
+    """A typo (``exausted``) must not read as "nothing matches": unknown reasons are an
+    error that lists the known ones."""
+    for value in values:
+        if value not in REASONS and not (value.startswith("broker:") and len(value) > 7):
+            raise click.BadParameter(
+                f"unknown reason {value!r}: use one of {', '.join(REASONS)}, or "
+                f"broker:<x-death reason> such as broker:delivery_limit",
+                param_hint="--reason",
+            )
+    return values
+
+
+def filter_options(fn: F) -> F:
+    """The filters every command shares; each is ANDed, a repeated option is ORed."""
+    options = [
+        click.option(
+            "--type", "types", multiple=True, metavar="TYPE", help="Message type (repeatable)."
+        ),
+        click.option(
+            "--reason",
+            "reasons",
+            multiple=True,
+            metavar="REASON",
+            callback=_check_reasons,
+            help="exhausted, permanent, invalid, unknown-type, or broker:<x-death reason> "
+            "such as broker:delivery_limit (repeatable).",
+        ),
+        click.option(
+            "--message-id", "message_ids", multiple=True, metavar="ID", help="(repeatable)"
+        ),
+        click.option(
+            "--since",
+            metavar="WHEN",
+            help="Failed at or after: ISO 8601 (2024-05-01T10:00Z) or an age (30m, 2h, 3d).",
+        ),
+        click.option("--until", metavar="WHEN", help="Failed before (same forms as --since)."),
+        click.option(
+            "--grep", metavar="REGEX", help="Error text (rabbitq-error) matches this regex."
+        ),
+    ]
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
+
+
+def _filters(kwargs: dict[str, Any]) -> ops.Filters:
+    return ops.Filters.build(
+        types=kwargs.pop("types"),
+        reasons=kwargs.pop("reasons"),
+        message_ids=kwargs.pop("message_ids"),
+        since=kwargs.pop("since"),
+        until=kwargs.pop("until"),
+        grep=kwargs.pop("grep"),
+    )
+
+
+def _limit_option(
+    default: int | None = None, help: str = "Stop after N messages."
+) -> Callable[[F], F]:
+    return click.option(
+        "--limit",
+        type=click.IntRange(min=0),
+        default=default,
+        show_default=default is not None,
+        help=help,
+    )
+
+
+def _run(
+    url: str | None,
+    tls: TLS | None,
+    call: Callable[[AbstractConnection | None], Coroutine[Any, Any, T]],
+) -> T:
+    """Run one library call; with --tls-* files, on a connection opened with them (else
+    the library connects, with the ``$RABBITQ_TLS_*`` files if any)."""
+
+    async def go() -> T:
+        if tls is None:
+            return await call(None)
+        connection = await connect_once(resolve_url(url), name="rabbitq dlq", tls=tls)
+        try:
+            return await call(connection)
+        finally:
+            await connection.close()
+
+    return asyncio.run(go())
+
+
+def _console() -> Console:
+    return Console(highlight=False)
+
+
+def _finish(tally: ops.Tally, as_json: bool) -> None:
+    if as_json:
+        click.echo(view.json_line(tally.as_dict()))
+    else:
+        click.echo(view.tally_text(tally))
+
+
+def _report_interruption(fn: F) -> F:
+    """Print what an interrupted operation did before its one-line error."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except DlqInterrupted as exc:
+            if isinstance(exc.summary, ops.Tally):
+                _finish(exc.summary, bool(kwargs.get("as_json")))
+            raise
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _interactive() -> bool:
+    """Whether a person can answer a question (stdin is a terminal)."""
+    return sys.stdin.isatty()
+
+
+@click.group()
+def dlq() -> None:
+    """Inspect, replay, export, import and purge dead-lettered messages.
+
+    QUEUE is the service's queue (emails: its DLQ emails.dlq is used) or the DLQ's own
+    name. Reading (list, show, export) leaves the DLQ as it was; a message leaves the
+    DLQ only after its copy is confirmed by the broker or fsynced to the export file.
+    """
+
+
+@dlq.command("list")
+@click.argument("queue")
+@filter_options
+@_limit_option(100, "Show at most N messages; 0 shows all.")
+@_json_option
+@url_option
+@tls_options
+@friendly_errors
+def list_(
+    queue: str, limit: int, as_json: bool, url: str | None, tls: TLS | None, **kwargs: Any
+) -> None:
+    """List dead messages, oldest first: id, type, reason, attempts, when, error.
+
+    Example: rabbitq dlq list emails --reason exhausted --since 2h
+    """
+    filters = _filters(kwargs)
+    found = _run(
+        url,
+        tls,
+        lambda c: ops.list_messages(
+            queue, url=url, filters=filters, limit=limit or None, connection=c
+        ),
+    )
+    if as_json:
+        for m in found:
+            click.echo(view.json_line(m.summary()))
+        return
+    dlq_queue = ops.resolve_dlq(queue)
+    what = f" matching {filters.describe()}" if filters.active else ""
+    more = f" (the first {limit}: --limit 0 shows all)" if limit and len(found) >= limit else ""
+    console = _console()
+    title = f"{dlq_queue}: {len(found)} message(s){what}{more}"
+    console.print(view.message_table(found, title, width=console.width))
+
+
+def by_id_or_prefix(
+    messages: list[ops.DeadMessage], wanted: str, queue: str
+) -> list[ops.DeadMessage]:
+    """The messages whose id is ``wanted``, else those whose id starts with it if they
+    all share one id; an error that names the candidates if they do not (pure)."""
+    exact = [m for m in messages if m.message_id == wanted]
+    if exact:
+        return exact
+    matching = [m for m in messages if wanted and (m.message_id or "").startswith(wanted)]
+    ids = sorted({m.message_id or "" for m in matching})
+    if not ids:
+        raise DlqError(
+            f"no message with message_id {wanted!r} (or starting with it) in "
+            f"{ops.resolve_dlq(queue)!r} (see 'rabbitq dlq list {queue}')"
+        )
+    if len(ids) > 1:
+        shown = ", ".join(ids[:5]) + (f" and {len(ids) - 5} more" if len(ids) > 5 else "")
+        raise DlqError(f"{wanted!r} is ambiguous: {len(ids)} message ids start with it: {shown}")
+    return matching
+
+
+@dlq.command()
+@click.argument("queue")
+@click.argument("message_id", metavar="MESSAGE_ID|PREFIX")
+@_json_option
+@url_option
+@tls_options
+@friendly_errors
+def show(queue: str, message_id: str, as_json: bool, url: str | None, tls: TLS | None) -> None:
+    """Show one dead message: properties, headers, body and traceback.
+
+    MESSAGE_ID may be the first characters of the id, if only one message's id starts
+    with them. Control characters in the message are shown escaped (\\x1b, \\r), never
+    sent to the terminal. The DLQ is left as it was.
+    """
+    everything = _run(url, tls, lambda c: ops.list_messages(queue, url=url, connection=c))
+    found = by_id_or_prefix(everything, message_id, queue)
+    console = _console()
+    for m in found:
+        if as_json:
+            click.echo(view.json_line(view.detail_json(m)))
+        else:
+            console.print(view.message_detail(m))
+    if len(found) > 1 and not as_json:
+        console.print(f"{len(found)} messages in the DLQ have this message_id.")
+
+
+@dlq.command()
+@click.argument("queue")
+@filter_options
+@_limit_option()
+@click.option("--to", metavar="QUEUE", help="Send to this queue instead of rabbitq-queue.")
+@click.option("--dry-run", is_flag=True, help="Show what would move; move nothing.")
+@click.option(
+    "--rate", type=click.FloatRange(min=0, min_open=True), help="At most N messages per second."
+)
+@click.option(
+    "--app",
+    "app_spec",
+    metavar="MODULE:APP",
+    help="Trace each replay with this app's tracing (App(tracing=...)).",
+)
+@_json_option
+@url_option
+@tls_options
+@friendly_errors
+@_report_interruption
+def replay(
+    queue: str,
+    limit: int | None,
+    to: str | None,
+    dry_run: bool,
+    rate: float | None,
+    app_spec: str | None,
+    as_json: bool,
+    url: str | None,
+    tls: TLS | None,
+    **kwargs: Any,
+) -> None:
+    """Move dead messages back to the queue they failed in.
+
+    Each copy goes through the default exchange to that queue only, with
+    rabbitq-attempt reset and rabbitq-replayed incremented; its original leaves the DLQ
+    only after the broker confirmed the copy. Messages that do not match, or whose
+    queue does not exist, stay in the DLQ. If the connection drops, run the command
+    again: nothing is lost, and it reports how many messages may be replayed twice.
+
+    Example: rabbitq dlq replay emails --type email.send --since 1h --rate 50
+    """
+    filters = _filters(kwargs)
+    tracing = load_app(app_spec).tracing if app_spec else None
+    label = f"replay {ops.resolve_dlq(queue)}"
+    with view.ProgressView(label, enabled=not dry_run, plain=not as_json) as progress:
+        tally = _run(
+            url,
+            tls,
+            lambda c: ops.replay(
+                queue,
+                url=url,
+                connection=c,
+                filters=filters,
+                limit=limit,
+                to=to,
+                dry_run=dry_run,
+                rate=rate,
+                on_progress=progress,
+                tracing=tracing,
+            ),
+        )
+    if dry_run:
+        if as_json:
+            for m in tally.matched:
+                click.echo(view.json_line({**m.summary(), "to": to or m.origin}))
+        else:
+            console = _console()
+            console.print(
+                view.message_table(tally.matched, "would move (dry run)", width=console.width)
+            )
+    _finish(tally, as_json)
+    if tally.failed:
+        raise click.ClickException(
+            f"{tally.failed} message(s) could not be replayed and are still in the DLQ"
+        )
+
+
+@dlq.command()
+@click.argument("queue")
+@click.argument("file", type=click.Path(dir_okay=False, writable=True))
+@filter_options
+@_limit_option()
+@click.option(
+    "--delete",
+    is_flag=True,
+    help="Remove each exported message from the DLQ, once the file holding it is on disk.",
+)
+@_json_option
+@url_option
+@tls_options
+@friendly_errors
+@_report_interruption
+def export(
+    queue: str,
+    file: str,
+    limit: int | None,
+    delete: bool,
+    as_json: bool,
+    url: str | None,
+    tls: TLS | None,
+    **kwargs: Any,
+) -> None:
+    """Copy dead messages to a new JSONL file, losslessly (body, properties, headers).
+
+    The DLQ is left as it was, unless --delete. FILE must not exist yet.
+
+    Example: rabbitq dlq export emails emails-dlq.jsonl --reason invalid
+    """
+    filters = _filters(kwargs)
+    with view.ProgressView(f"export {ops.resolve_dlq(queue)}", plain=not as_json) as progress:
+        tally = _run(
+            url,
+            tls,
+            lambda c: ops.export(
+                queue,
+                file,
+                url=url,
+                connection=c,
+                filters=filters,
+                limit=limit,
+                delete=delete,
+                on_progress=progress,
+            ),
+        )
+    _finish(tally, as_json)
+
+
+@dlq.command("import")
+@click.argument("queue")
+@click.argument("file", type=click.Path(dir_okay=False, exists=True, readable=True))
+@click.option(
+    "--replay",
+    "as_replay",
+    is_flag=True,
+    help="Put the messages back into the queue they failed in, as replay does.",
+)
+@click.option("--to", metavar="QUEUE", help="With --replay: send to this queue instead.")
+@_json_option
+@url_option
+@tls_options
+@friendly_errors
+def import_(
+    queue: str,
+    file: str,
+    as_replay: bool,
+    to: str | None,
+    as_json: bool,
+    url: str | None,
+    tls: TLS | None,
+) -> None:
+    """Publish the messages of an export FILE back into the DLQ of QUEUE.
+
+    The whole file is checked first: a malformed line, or one that 'rabbitq dlq export'
+    did not write, stops the import before anything is published.
+    """
+    if to and not as_replay:
+        raise click.UsageError("--to needs --replay")
+    with view.ProgressView(f"import {ops.resolve_dlq(queue)}", plain=not as_json) as progress:
+        tally = _run(
+            url,
+            tls,
+            lambda c: ops.import_messages(
+                queue, file, url=url, replay=as_replay, to=to, on_progress=progress, connection=c
+            ),
+        )
+    _finish(tally, as_json)
+
+
+@dlq.command()
+@click.argument("queue")
+@filter_options
+@_limit_option()
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation (needed without a TTY).")
+@click.option("--dry-run", is_flag=True, help="Count what would be deleted; delete nothing.")
+@_json_option
+@url_option
+@tls_options
+@friendly_errors
+@_report_interruption
+def purge(
+    queue: str,
+    limit: int | None,
+    yes: bool,
+    dry_run: bool,
+    as_json: bool,
+    url: str | None,
+    tls: TLS | None,
+    **kwargs: Any,
+) -> None:
+    """Delete dead messages for good: all of them, or only those the filters select.
+
+    Asks first on a terminal; without one, --yes is required.
+
+    Example: rabbitq dlq purge emails --reason invalid --until 7d --yes
+    """
+    filters = _filters(kwargs)
+    dlq_queue = ops.resolve_dlq(queue)
+    what = f"matching {filters.describe()}" if filters.active else "(no filter: ALL of them)"
+    if not yes and not dry_run:
+        if not _interactive():
+            raise click.ClickException(
+                f"refusing to purge {dlq_queue} without --yes when not on a terminal"
+            )
+        preview = _run(
+            url,
+            tls,
+            lambda c: ops.purge(
+                queue, url=url, filters=filters, limit=limit, dry_run=True, connection=c
+            ),
+        )
+        if not preview.done:
+            click.echo(f"nothing to delete in {dlq_queue} {what}")
+            return
+        keep = f"; the other {preview.skipped} stay" if preview.skipped else ""
+        click.confirm(
+            f"Delete {preview.done} message(s) {what} from {dlq_queue}{keep}?", abort=True
+        )
+        # Only those counted: a message arriving meanwhile is behind them in the queue.
+        limit = preview.done
+    with view.ProgressView(
+        f"purge {dlq_queue}", enabled=not dry_run, plain=not as_json
+    ) as progress:
+        tally = _run(
+            url,
+            tls,
+            lambda c: ops.purge(
+                queue,
+                url=url,
+                connection=c,
+                filters=filters,
+                limit=limit,
+                dry_run=dry_run,
+                on_progress=progress,
+            ),
+        )
+    if not as_json and filters.active:
+        click.echo(f"only messages {what} were considered")
+    _finish(tally, as_json)

@@ -1,0 +1,213 @@
+"""``rabbitq topology`` and ``rabbitq stats``: declare an app's queues, show their depths."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import click
+import orjson
+from rich.console import Console
+from rich.table import Table
+
+from .. import orphans
+from ..amqp.connection import connect
+from ..app import load_app
+from ..retry import RetryPolicy, delay_ms
+from ..settings import TLS, redact_url, resolve_url
+from ..topology import (
+    QueueDepth,
+    Topology,
+    declare,
+    dlq_name,
+    queue_depths,
+    retry_queue_name,
+)
+from .common import friendly_errors, json_option, tls_options, url_option
+
+
+def _topology_rows(topology: Topology) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = [
+        {"kind": "exchange", "name": topology.exchange, "arguments": {"type": "topic"}}
+    ]
+    rows += [
+        {"kind": q.kind, "name": q.name, "arguments": dict(q.arguments)} for q in topology.queues
+    ]
+    rows += [
+        {
+            "kind": "binding",
+            "name": f"{topology.exchange} -> {topology.main.name}",
+            "arguments": {"routing_key": k},
+        }
+        for k in topology.routing_keys
+    ]
+    return rows
+
+
+@click.command()
+@click.argument("app_spec", metavar="MODULE:APP")
+@click.option("--dry-run", is_flag=True, help="Print what would be declared; touch nothing.")
+@click.option(
+    "--prune",
+    is_flag=True,
+    help="Also delete the retry queues that no handler uses any more, if they are empty.",
+)
+@click.option(
+    "--delay",
+    "delays",
+    type=float,
+    multiple=True,
+    help="Also look for an orphaned retry queue of this delay in seconds (repeatable); "
+    "common delays are always looked for.",
+)
+@json_option
+@url_option
+@tls_options
+@friendly_errors
+def topology(
+    app_spec: str,
+    dry_run: bool,
+    prune: bool,
+    delays: tuple[float, ...],
+    as_json: bool,
+    url: str | None,
+    tls: TLS | None,
+) -> None:
+    """Declare the app's exchange, queues and bindings, and print them.
+
+    Safe to run again: declaring what exists is a no-op. If a queue exists with other
+    arguments, that queue is left as it is (objects declared before it stay declared)
+    and the error names the queue and the argument. Retry queues of delays no handler
+    uses any more (after a change of delays) are named with their depth; --prune
+    deletes the empty ones (the broker checks that they are empty).
+    """
+    if prune and dry_run:
+        raise click.UsageError("--prune and --dry-run do not go together")
+    app = load_app(app_spec)
+    plan = app.topology()
+    extra = [delay_ms(d) for d in delays]
+    found: list[QueueDepth] = []
+    pruned: list[orphans.Pruned] = []
+    if not dry_run:
+        target = app.resolved_url(url)
+
+        async def go() -> None:
+            nonlocal found, pruned
+            connection = await connect(target, name="rabbitq topology", tls=tls or app.tls)
+            try:
+                await declare(await connection.channel(), plan)
+                found = await orphans.find(connection, plan, extra)
+                if prune:
+                    pruned = await orphans.prune(connection, found)
+            finally:
+                await connection.close()
+
+        asyncio.run(go())
+    rows = _topology_rows(plan)
+    if prune:
+        rows += [
+            {"kind": "pruned" if p.deleted else "kept", "name": p.name, "arguments": {}}
+            | ({} if p.deleted else {"messages": p.messages})
+            for p in pruned
+        ]
+    elif found:
+        click.echo(f"warning: {orphans.warning(plan, found, app_spec=app_spec)}", err=True)
+    if as_json:
+        for row in rows:
+            click.echo(orjson.dumps(row).decode())
+        return
+    table = Table(title=f"{'would declare' if dry_run else 'declared'} for {app.queue!r}")
+    for column in ("kind", "name", "arguments"):
+        table.add_column(column)
+    for row in rows:
+        args = ", ".join(f"{k}={v!r}" for k, v in row["arguments"].items())
+        if row["kind"] == "kept":
+            args = f"{row['messages']} message(s) still in it: prune again once it is empty"
+        elif row["kind"] == "pruned":
+            args = "empty, no handler uses it: deleted"
+        table.add_row(row["kind"], row["name"], args)
+    Console().print(table)
+
+
+@click.command()
+@click.argument("target", metavar="QUEUE|MODULE:APP")
+@click.option(
+    "--delay",
+    "delays",
+    type=float,
+    multiple=True,
+    help="Also look for the retry queue of this delay in seconds (repeatable). "
+    "Default with a QUEUE: the default policy's 1s, 10s, 1m, 10m.",
+)
+@json_option
+@url_option
+@tls_options
+@friendly_errors
+def stats(
+    target: str, delays: tuple[float, ...], as_json: bool, url: str | None, tls: TLS | None
+) -> None:
+    """Messages and consumers of the main, retry and dead-letter queues.
+
+    With MODULE:APP every retry queue of the app is shown; with a QUEUE name, the
+    retry queues of --delay (or the default policy) that exist.
+    """
+    if ":" in target:
+        app = load_app(target)
+        plan = app.topology()
+        specs = plan.depth_specs()
+        broker_url = app.resolved_url(url)
+        tls = tls or app.tls
+        show_missing = True
+    else:
+        ms = [delay_ms(d) for d in delays] if delays else RetryPolicy().delays_ms
+        specs = [
+            (target, "main"),
+            *((retry_queue_name(target, m), "retry") for m in sorted(set(ms))),
+        ]
+        specs.append((dlq_name(target), "dlq"))
+        broker_url = resolve_url(url)
+        show_missing = bool(delays)
+
+    async def go() -> list[Any]:
+        connection = await connect(broker_url, name="rabbitq stats", tls=tls)
+        try:
+            return await queue_depths(connection, specs)
+        finally:
+            await connection.close()
+
+    depths = asyncio.run(go())
+    main_depth = depths[0]
+    if not main_depth.exists:
+        raise click.ClickException(
+            f"queue {main_depth.name!r} does not exist on {redact_url(broker_url)} "
+            f"(run 'rabbitq topology MODULE:APP' or start its worker once)"
+        )
+    shown = [d for d in depths if d.exists or (show_missing and d.kind != "main")]
+    if as_json:
+        for d in shown:
+            click.echo(
+                orjson.dumps(
+                    {
+                        "queue": d.name,
+                        "kind": d.kind,
+                        "exists": d.exists,
+                        "messages": d.messages,
+                        "consumers": d.consumers,
+                    }
+                ).decode()
+            )
+        return
+    table = Table(title=f"queues of {main_depth.name!r}")
+    for column, justify in (
+        ("queue", "left"),
+        ("kind", "left"),
+        ("messages", "right"),
+        ("consumers", "right"),
+    ):
+        table.add_column(column, justify=justify)  # type: ignore[arg-type]
+    for d in shown:
+        if d.exists:
+            table.add_row(d.name, d.kind, str(d.messages), str(d.consumers))
+        else:
+            table.add_row(d.name, d.kind, "missing", "-")
+    Console().print(table)

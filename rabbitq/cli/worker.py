@@ -1,0 +1,109 @@
+"""``rabbitq worker``: parse the options into a :class:`~rabbitq.ops.run.WorkerSpec` and
+run it, in this process or under the supervisor of ``--processes N``."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from ..app import load_app
+from ..ops import logs
+from ..ops.endpoints import DEFAULT_BIND
+from ..ops.run import WorkerSpec, run
+from ..ops.supervisor import Supervisor
+from ..settings import CONSUMER_TIMEOUT_ENV, TLS, url_password
+from ..worker.lifecycle import DEFAULT_GRACE_PERIOD
+from .common import friendly_errors, tls_options, url_option
+
+
+@click.command()
+@click.argument("app_spec", metavar="MODULE:APP")
+@click.option(
+    "--prefetch", type=click.IntRange(min=1), help="Handlers in flight [default: the app's]."
+)
+@click.option(
+    "--grace-period",
+    type=click.FloatRange(min=0),
+    default=DEFAULT_GRACE_PERIOD,
+    show_default=True,
+    help="Seconds that in-flight handlers get to finish on SIGTERM/SIGINT.",
+)
+@click.option(
+    "--processes",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Worker processes, each with its own connection and PREFETCH handlers; "
+    "a supervisor restarts any that dies.",
+)
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(0, 65535),
+    help="Serve /metrics, /healthz and /readyz on this port [default: off].",
+)
+@click.option(
+    "--metrics-bind",
+    default=DEFAULT_BIND,
+    show_default=True,
+    help="Address for --metrics-port (127.0.0.1 keeps it local).",
+)
+@click.option("--log-json", is_flag=True, help="Log one JSON object per line.")
+@click.option(
+    "--log-level",
+    type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False),
+    default="info",
+    show_default=True,
+    help="debug adds one line per message handled.",
+)
+@click.option(
+    "--consumer-timeout",
+    type=click.FloatRange(min=0),
+    envvar=CONSUMER_TIMEOUT_ENV,
+    show_envvar=True,
+    help="The broker's consumer_timeout in seconds (0: none), to check handler timeouts "
+    "against [default: RabbitMQ's 1800].",
+)
+@url_option
+@tls_options
+@friendly_errors
+def worker(
+    app_spec: str,
+    prefetch: int | None,
+    grace_period: float,
+    processes: int,
+    metrics_port: int | None,
+    metrics_bind: str,
+    log_json: bool,
+    log_level: str,
+    consumer_timeout: float | None,
+    url: str | None,
+    tls: TLS | None,
+) -> None:
+    """Consume the app's queue until SIGTERM/SIGINT.
+
+    Declares the topology, runs handlers with at most PREFETCH in flight, sends failures
+    to the retry queues and the DLQ, and on a signal drains and exits 0. With
+    --metrics-port, Prometheus metrics, liveness and readiness are served over HTTP
+    (summed over all processes with --processes).
+    """
+    spec = WorkerSpec(
+        app_spec=app_spec,
+        url=url,
+        prefetch=prefetch,
+        grace_period=grace_period,
+        log_level=log_level,
+        log_json=log_json,
+        tls=tls,
+        consumer_timeout=consumer_timeout,
+        metrics_port=metrics_port,
+        metrics_bind=metrics_bind,
+    )
+    if processes == 1:
+        run(spec)  # on uvloop if it is installed
+        return
+    app = load_app(app_spec)  # a bad MODULE:APP fails here, before any process starts
+    logs.configure(
+        level=log_level, json=log_json, secrets=[url_password(app.resolved_url(url)) or ""]
+    )
+    sys.exit(Supervisor(spec, processes=processes).run())

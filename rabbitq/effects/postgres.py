@@ -1,0 +1,171 @@
+"""``PostgresStore``: idempotency keys in a PostgreSQL table, with a transactional mode.
+
+A claim is one ``INSERT ... ON CONFLICT DO UPDATE ... WHERE expires_at < now()``: the
+key is taken if it is absent or its lease (or retention) ran out. Done and release are
+updates guarded by the claim's token. Expired rows are deleted in batches through the
+``expires_at`` index by a background task, never on the path of a message.
+
+Transactional mode: :meth:`PostgresStore.transaction` lends the handler a connection
+whose transaction also marks the key done, so the handler's own writes in that database
+and the mark commit or roll back together.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+
+from ..settings import redact_url
+from .database import DEFAULT_POOL_SIZE, LINK_ERRORS, Conn, Database
+from .schema import DEFAULT_PREFIX, KeysSql, check_prefix
+from .store import (
+    BUSY,
+    DEFAULT_RETENTION,
+    DONE,
+    NEW,
+    Claim,
+    LeaseLost,
+    StoreUnavailable,
+    check_positive,
+)
+
+log = logging.getLogger("rabbitq.effects")
+
+DEFAULT_CLEANUP_INTERVAL = 60.0
+CLEANUP_BATCH = 1000
+
+
+class PostgresStore:
+    """Remembers handled keys in ``<prefix>idempotency`` of the database at ``dsn``.
+
+    ``retention`` (seconds, default 7 days) is how long a done key is remembered.
+    The table is created on first use and by ``rabbitq effects init MODULE:APP``.
+    ``cleanup_interval`` seconds between deletions of expired keys (None: never; call
+    :meth:`cleanup` yourself).
+    """
+
+    transactional = True  # it can lend the handler a connection (ctx.transaction())
+
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        retention: float = DEFAULT_RETENTION,
+        prefix: str = DEFAULT_PREFIX,
+        pool_size: int = DEFAULT_POOL_SIZE,
+        timeout: float = 5.0,
+        cleanup_interval: float | None = DEFAULT_CLEANUP_INTERVAL,
+    ) -> None:
+        self.retention = check_positive("retention", retention)
+        self.sql = KeysSql(check_prefix(prefix) + "idempotency")
+        self.db = Database(
+            dsn,
+            schema=self.sql.create(),
+            schema_name=self.sql.table,
+            pool_size=pool_size,
+            timeout=timeout,
+        )
+        self.cleanup_interval = cleanup_interval
+        self._cleaner: asyncio.Task[None] | None = None
+
+    def __repr__(self) -> str:
+        return f"PostgresStore({redact_url(self.db.dsn)!r}, table={self.sql.table!r})"
+
+    async def open(self) -> None:
+        """Open the pool, create the table if missing, start the cleanup task."""
+        await self.db.open()
+        if self.cleanup_interval is not None and self._cleaner is None:
+            self._cleaner = asyncio.create_task(self._clean_every(self.cleanup_interval))
+
+    async def close(self) -> None:
+        """Stop the cleanup task and close the pool."""
+        cleaner, self._cleaner = self._cleaner, None
+        if cleaner is not None:
+            cleaner.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await cleaner
+        await self.db.close()
+
+    async def claim(self, key: str, *, lease: float) -> Claim:
+        """Take ``key`` for ``lease`` seconds: NEW, DONE (a duplicate) or BUSY."""
+        claim = Claim(key, NEW)
+        async with self.db.connection() as conn:
+            try:
+                cur = await conn.execute(
+                    self.sql.claim(), {"key": key, "token": claim.token, "lease": lease}
+                )
+                row = await cur.fetchone()
+            except LINK_ERRORS as exc:
+                raise StoreUnavailable(f"{self!r}: claim failed: {exc}") from exc
+        state = row[0] if row else "busy"
+        claim.status = NEW if state == "new" else DONE if state == "done" else BUSY
+        return claim
+
+    async def _mark_done(self, conn: Conn, claim: Claim) -> bool:
+        cur = await conn.execute(
+            self.sql.done(), {"key": claim.key, "token": claim.token, "keep": self.retention}
+        )
+        return cur.rowcount == 1
+
+    async def done(self, claim: Claim) -> bool:
+        """Mark the key done for ``retention``; False if the lease was lost meanwhile."""
+        if claim.settled:
+            return True
+        async with self.db.connection() as conn:
+            try:
+                ok = await self._mark_done(conn, claim)
+            except LINK_ERRORS as exc:
+                raise StoreUnavailable(f"{self!r}: marking done failed: {exc}") from exc
+        claim.settled = True
+        return ok
+
+    async def release(self, claim: Claim) -> None:
+        """Delete the lease so that a retry can run (no-op if already settled)."""
+        if claim.settled:
+            return
+        async with self.db.connection() as conn:
+            try:
+                await conn.execute(self.sql.release(), {"key": claim.key, "token": claim.token})
+            except LINK_ERRORS as exc:
+                raise StoreUnavailable(f"{self!r}: release failed: {exc}") from exc
+        claim.settled = True
+
+    @contextlib.asynccontextmanager
+    async def transaction(self, claim: Claim) -> AsyncIterator[Conn]:
+        """A connection in a transaction that also marks ``claim`` done at commit.
+
+        If the block raises, everything rolls back and the key stays claimed (the worker
+        then releases it). If the lease was lost to another worker, :class:`LeaseLost`
+        rolls the block's writes back: only one worker's writes ever commit.
+        """
+        if claim.settled:
+            raise LeaseLost(f"key {claim.key!r} is already settled: one transaction per claim")
+        async with self.db.connection() as conn, conn.transaction():
+            yield conn
+            if not await self._mark_done(conn, claim):
+                raise LeaseLost(
+                    f"the lease on key {claim.key!r} expired and another worker took it"
+                )
+        claim.settled = True
+
+    async def cleanup(self, *, limit: int = CLEANUP_BATCH) -> int:
+        """Delete up to ``limit`` expired keys (through the index); return how many."""
+        async with self.db.connection() as conn:
+            cur = await conn.execute(self.sql.cleanup(), {"limit": limit})
+            return cur.rowcount
+
+    async def _clean_every(self, interval: float) -> None:
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                while await self.cleanup() == CLEANUP_BATCH:
+                    await asyncio.sleep(0)  # more to do: another batch, yielding in between
+            except StoreUnavailable as exc:
+                log.warning("cleanup of expired idempotency keys failed: %s", exc)
+
+    async def drop(self) -> None:
+        """Drop the table (for tests and uninstalling)."""
+        async with self.db.connection() as conn:
+            await conn.execute(self.sql.drop())

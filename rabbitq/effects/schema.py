@@ -1,0 +1,168 @@
+"""The SQL of the PostgreSQL store and outbox: table names and statements, no I/O.
+
+Every name comes from one ``prefix`` (default ``rabbitq_``), so that tests and several
+services can share a database. The schema is created on first use (``open()``) and by
+``rabbitq effects init MODULE:APP``; both are idempotent and serialised by an advisory
+lock, as concurrent ``CREATE TABLE IF NOT EXISTS`` can fail in PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import re
+import zlib
+from dataclasses import dataclass
+
+from psycopg import sql
+
+from ..errors import ConfigurationError
+
+DEFAULT_PREFIX = "rabbitq_"
+_PREFIX = re.compile(r"^[a-z_][a-z0-9_]{0,40}$")
+
+
+def check_prefix(prefix: str) -> str:
+    """``prefix`` if it makes valid lower-case SQL names, else a ConfigurationError."""
+    if not _PREFIX.match(prefix):
+        raise ConfigurationError(
+            f"table prefix must be lower-case letters, digits and _, not {prefix!r}"
+        )
+    return prefix
+
+
+def lock_id(name: str) -> int:
+    """A stable advisory lock id (a signed 32-bit int) for ``name``."""
+    return zlib.crc32(name.encode()) - 2**31
+
+
+@dataclass(frozen=True, slots=True)
+class KeysSql:
+    """The statements of the idempotency keys table ``<prefix>idempotency``."""
+
+    table: str
+
+    def create(self) -> list[sql.Composed]:
+        t = sql.Identifier(self.table)
+        index = sql.Identifier(self.table + "_expires")
+        return [
+            sql.SQL(
+                "CREATE TABLE IF NOT EXISTS {} ("
+                " key text PRIMARY KEY,"
+                " state text NOT NULL CHECK (state IN ('busy', 'done')),"
+                " token text NOT NULL,"
+                " expires_at timestamptz NOT NULL)"
+            ).format(t),
+            # Cleanup reads expired keys through this index, never by a table scan.
+            sql.SQL("CREATE INDEX IF NOT EXISTS {} ON {} (expires_at)").format(index, t),
+        ]
+
+    def claim(self) -> sql.Composed:
+        # One round trip: take the key if it is absent or its lease/retention expired;
+        # otherwise report the state found. A row committed after this statement's
+        # snapshot is invisible to the outer SELECT: no row then reads as busy.
+        t = sql.Identifier(self.table)
+        return sql.SQL(
+            "WITH taken AS ("
+            " INSERT INTO {t} AS k (key, state, token, expires_at)"
+            " VALUES (%(key)s, 'busy', %(token)s, now() + make_interval(secs => %(lease)s))"
+            " ON CONFLICT (key) DO UPDATE SET state = 'busy', token = excluded.token,"
+            "  expires_at = excluded.expires_at WHERE k.expires_at < now()"
+            " RETURNING 'new'::text AS state)"
+            " SELECT state FROM taken"
+            " UNION ALL SELECT state FROM {t}"
+            " WHERE key = %(key)s AND NOT EXISTS (SELECT 1 FROM taken)"
+        ).format(t=t)
+
+    def done(self) -> sql.Composed:
+        return sql.SQL(
+            "UPDATE {} SET state = 'done', expires_at = now() + make_interval(secs => %(keep)s)"
+            " WHERE key = %(key)s AND token = %(token)s AND state = 'busy'"
+        ).format(sql.Identifier(self.table))
+
+    def release(self) -> sql.Composed:
+        return sql.SQL(
+            "DELETE FROM {} WHERE key = %(key)s AND token = %(token)s AND state = 'busy'"
+        ).format(sql.Identifier(self.table))
+
+    def cleanup(self) -> sql.Composed:
+        # A bounded batch through the expires_at index; SKIP LOCKED leaves rows that a
+        # claim is taking over right now.
+        t = sql.Identifier(self.table)
+        return sql.SQL(
+            "DELETE FROM {t} WHERE key IN (SELECT key FROM {t} WHERE expires_at < now()"
+            " ORDER BY expires_at LIMIT %(limit)s FOR UPDATE SKIP LOCKED)"
+        ).format(t=t)
+
+    def drop(self) -> sql.Composed:
+        return sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(self.table))
+
+
+@dataclass(frozen=True, slots=True)
+class OutboxSql:
+    """The statements of the outbox table ``<prefix>outbox``."""
+
+    table: str
+
+    def create(self) -> list[sql.Composed]:
+        t = sql.Identifier(self.table)
+        pending = sql.Identifier(self.table + "_pending")
+        sent = sql.Identifier(self.table + "_sent")
+        return [
+            sql.SQL(
+                "CREATE TABLE IF NOT EXISTS {} ("
+                " id bigserial PRIMARY KEY,"
+                " exchange text NOT NULL,"
+                " routing_key text NOT NULL,"
+                " message_id text NOT NULL,"
+                " type text NOT NULL,"
+                " body bytea NOT NULL,"
+                " headers jsonb,"
+                " correlation_id text,"
+                " order_key text,"
+                " created_at timestamptz NOT NULL DEFAULT now(),"
+                " sent_at timestamptz)"
+            ).format(t),
+            # The relay and the metrics read pending rows only, through this partial index.
+            sql.SQL(
+                "CREATE INDEX IF NOT EXISTS {} ON {} (id) INCLUDE (created_at)"
+                " WHERE sent_at IS NULL"
+            ).format(pending, t),
+            sql.SQL(
+                "CREATE INDEX IF NOT EXISTS {} ON {} (sent_at) WHERE sent_at IS NOT NULL"
+            ).format(sent, t),
+        ]
+
+    def insert(self) -> sql.Composed:
+        return sql.SQL(
+            "INSERT INTO {} (exchange, routing_key, message_id, type, body, headers,"
+            " correlation_id, order_key) VALUES (%(exchange)s, %(routing_key)s,"
+            " %(message_id)s, %(type)s, %(body)s, %(headers)s, %(correlation_id)s,"
+            " %(order_key)s)"
+        ).format(sql.Identifier(self.table))
+
+    def pending(self) -> sql.Composed:
+        return sql.SQL(
+            "SELECT id, exchange, routing_key, message_id, type, body, headers,"
+            " correlation_id, order_key FROM {} WHERE sent_at IS NULL ORDER BY id"
+            " LIMIT %(limit)s"
+        ).format(sql.Identifier(self.table))
+
+    def mark_sent(self) -> sql.Composed:
+        return sql.SQL("UPDATE {} SET sent_at = now() WHERE id = ANY(%(ids)s)").format(
+            sql.Identifier(self.table)
+        )
+
+    def stats(self) -> sql.Composed:
+        return sql.SQL(
+            "SELECT count(*), coalesce(extract(epoch FROM now() - min(created_at)), 0)"
+            " FROM {} WHERE sent_at IS NULL"
+        ).format(sql.Identifier(self.table))
+
+    def purge_sent(self) -> sql.Composed:
+        t = sql.Identifier(self.table)
+        return sql.SQL(
+            "DELETE FROM {t} WHERE id IN (SELECT id FROM {t} WHERE sent_at IS NOT NULL"
+            " AND sent_at < now() - make_interval(secs => %(keep)s) LIMIT %(limit)s)"
+        ).format(t=t)
+
+    def drop(self) -> sql.Composed:
+        return sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(self.table))

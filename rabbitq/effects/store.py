@@ -1,0 +1,110 @@
+"""The idempotency store protocol: claim a key with a lease, then mark it done or release it.
+
+A key moves through three states, in any store::
+
+    (absent) --claim--> busy (leased to one worker, token T) --done(T)--> done (kept for
+    ``retention``) --expiry--> (absent)
+                         \\--release(T)/lease expiry--> (absent)
+
+``claim`` answers :data:`NEW` (this worker holds the lease and runs the handler),
+:data:`DONE` (a handler with this key succeeded: a duplicate, not run) or :data:`BUSY`
+(another worker holds a live lease: not run now, tried again later). ``done`` and
+``release`` are compare-and-set on the claim's token, so a worker whose lease expired
+and was taken over cannot overwrite the new holder's state.
+
+The decisions are pure functions here; the stores (``postgres.py``, ``redisstore.py``) do
+the I/O. A store that cannot be reached raises :class:`StoreUnavailable`: the worker then
+counts a failed attempt, it never skips the check.
+"""
+
+from __future__ import annotations
+
+import enum
+import uuid
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+from ..errors import ConfigurationError, RabbitqError
+
+DEFAULT_RETENTION = 7 * 24 * 3600.0  # seconds a done key is remembered
+# The lease of a handler without a timeout, and the margin added to a handler's timeout:
+# the worker gives up on the handler at its timeout, then needs a moment to release.
+DEFAULT_LEASE = 300.0
+LEASE_MARGIN = 5.0
+
+
+class Status(enum.Enum):
+    """What a claim found."""
+
+    NEW = "new"  # this worker holds the lease: run the handler
+    DONE = "done"  # a handler with this key succeeded within the retention: a duplicate
+    BUSY = "busy"  # another worker holds a live lease: do not run now
+
+
+NEW, DONE, BUSY = Status.NEW, Status.DONE, Status.BUSY
+
+
+class StoreUnavailable(RabbitqError):
+    """The idempotency store or outbox database could not be reached or failed.
+
+    The delivery's attempt fails (and is retried); its handler does not run unchecked.
+    """
+
+
+class LeaseLost(RabbitqError):
+    """The claim's lease expired and another worker took the key over.
+
+    Raised inside a transactional handler's transaction, so that it rolls back: the
+    other worker's effect is the one that counts.
+    """
+
+
+@dataclass(slots=True)
+class Claim:
+    """The answer of :meth:`IdempotencyStore.claim`: the status, and the token that
+    proves the lease for :meth:`~IdempotencyStore.done` and :meth:`~IdempotencyStore.release`.
+    ``settled`` becomes True once the key was marked done (in the handler's transaction,
+    in transactional mode) or released."""
+
+    key: str
+    status: Status
+    token: str = field(default_factory=lambda: uuid.uuid4().hex)
+    settled: bool = False
+
+
+@runtime_checkable
+class IdempotencyStore(Protocol):
+    """What the worker needs from a store of handled keys (PostgreSQL, Redis)."""
+
+    retention: float
+
+    async def open(self) -> None:
+        """Connect (idempotent); create the schema if the store has one."""
+
+    async def close(self) -> None:
+        """Release connections and background tasks."""
+
+    async def claim(self, key: str, *, lease: float) -> Claim:
+        """Take ``key`` for ``lease`` seconds unless it is done or leased elsewhere."""
+        ...
+
+    async def done(self, claim: Claim) -> bool:
+        """Mark the claimed key done for ``retention``; False if the lease was lost."""
+        ...
+
+    async def release(self, claim: Claim) -> None:
+        """Forget the claimed key (the attempt failed), unless the lease was lost."""
+
+
+def lease_for(timeout: float | None, default: float = DEFAULT_LEASE) -> float:
+    """Seconds a claim is leased for a handler with ``timeout``: the worker stops the
+    handler at its timeout, so a lease a little longer is never outlived by a live
+    handler; a worker killed mid-handler frees the key when it expires."""
+    return (default if timeout is None else timeout) + LEASE_MARGIN
+
+
+def check_positive(name: str, value: float) -> float:
+    """``value`` if it is a positive number of seconds, else a ConfigurationError."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        raise ConfigurationError(f"{name} must be positive seconds, not {value!r}")
+    return float(value)

@@ -1,0 +1,28 @@
+"""Rate and concurrency limits per handler (``@app.handler(M, rate_limit="14/s")``).
+
+``rate.py`` parses rates and holds the pure GCRA decision; ``local.py`` keeps budgets
+in one process; ``shared.py`` keeps them in Redis for every process and machine, and
+``lease.py`` / ``cap.py`` the concurrency places shared there;
+``gate.py`` is what the worker waits on before a limited handler runs (the worker's
+side is :mod:`rabbitq.worker.admission`). See docs/providers.md.
+"""
+
+from .cap import SharedCap
+from .gate import Gate, Limit, RateBackend
+from .local import ConcurrencyCap, LocalRates
+from .rate import Decision, Rate, check, parse_rate
+from .shared import RedisRates
+
+__all__ = [
+    "ConcurrencyCap",
+    "Decision",
+    "Gate",
+    "Limit",
+    "LocalRates",
+    "Rate",
+    "RateBackend",
+    "RedisRates",
+    "SharedCap",
+    "check",
+    "parse_rate",
+]

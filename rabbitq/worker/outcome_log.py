@@ -1,0 +1,41 @@
+"""The log lines for a message acked: a DEBUG line for each one handled (retries and
+dead letters log their own line, INFO and WARNING, and a person debugging expects one
+for every outcome) and an INFO line for each duplicate."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from .delivery import Incoming
+from .dispatch import Outcome
+
+log = logging.getLogger("rabbitq.worker")
+
+
+def duplicate(delivery: Incoming, outcome: Outcome) -> None:
+    """The INFO line for a duplicate: acked without running its handler."""
+    log.info(
+        "message %s (%s) is a duplicate of a handled one: acked, not run",
+        delivery.message_id or "-",
+        outcome.type_name,
+    )
+
+
+def handled(done: Callable[[], None], delivery: Incoming, outcome: Outcome) -> Callable[[], None]:
+    """``done`` (what follows the ack), preceded by one DEBUG line when debugging; else
+    ``done`` itself, so that the hot path pays nothing."""
+    if not log.isEnabledFor(logging.DEBUG):
+        return done
+
+    def logged() -> None:
+        log.debug(
+            "message %s (%s) handled at attempt %d in %.3fs",
+            delivery.message_id or "-",
+            outcome.type_name,
+            outcome.attempt,
+            outcome.duration,
+        )
+        done()
+
+    return logged
