@@ -12,6 +12,7 @@ temporary directory that :meth:`BrokerNode.stop` removes. Starting one takes ~6 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pwd
 import shutil
@@ -41,6 +42,9 @@ class BrokerNode:
     port: int = field(default_factory=free_port)
     config: str = ""
     """Extra ``rabbitmq.conf`` lines (e.g. a TLS listener)."""
+    plugins: tuple[str, ...] = ()
+    """Plugins to enable, e.g. ``("rabbitmq_management",)`` (then on ``management_port``)."""
+    management_port: int = field(default_factory=free_port)
     base: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="rabbitq-node-")))
 
     @property
@@ -51,6 +55,10 @@ class BrokerNode:
     @property
     def url(self) -> str:
         return f"amqp://guest:guest@127.0.0.1:{self.port}/"
+
+    @property
+    def management_url(self) -> str:
+        return f"http://127.0.0.1:{self.management_port}"
 
     def _environment(self) -> dict[str, str]:
         return {
@@ -70,13 +78,44 @@ class BrokerNode:
         for sub in ("mnesia", "log"):
             (self.base / sub).mkdir(parents=True, exist_ok=True)
         listener = f"listeners.tcp.default = 127.0.0.1:{self.port}\n"
+        if "rabbitmq_management" in self.plugins:
+            listener += (
+                f"management.tcp.port = {self.management_port}\nmanagement.tcp.ip = 127.0.0.1\n"
+            )
         (self.base / "rabbitmq.conf").write_text(listener + self.config)
-        (self.base / "enabled_plugins").write_text("[].\n")
+        (self.base / "enabled_plugins").write_text(f"[{','.join(self.plugins)}].\n")
         _hand_to_rabbitmq_user(self.base)
         subprocess.run(
             ["rabbitmq-server", "-detached"], env=self._environment(), check=True, timeout=60
         )
         self.await_startup(timeout)
+
+    def start_new(self, attempts: int = 2, timeout: float = 90) -> None:
+        """Start a node that has no data yet; if it does not come up, kill it, wipe it and
+        try again on new ports (a port picked free can be taken before the node binds it,
+        and a loaded machine now and then loses a node at boot). The error names every
+        attempt and the tail of its log."""
+        failures: list[str] = []
+        for _ in range(attempts):
+            try:
+                self.start(timeout)
+                return
+            except (TimeoutError, subprocess.SubprocessError) as exc:
+                failures.append(f"{exc}\n--- log tail ---\n{self.log_tail()}")
+                _kill_from_pid_file(self.base / "pid")
+                for sub in ("mnesia", "log"):
+                    shutil.rmtree(self.base / sub, ignore_errors=True)
+                self.port, self.management_port = free_port(), free_port()
+        raise TimeoutError("\n\n".join(failures))
+
+    def log_tail(self, lines: int = 30) -> str:
+        """The last lines of the node's logs (for an error message)."""
+        tails = []
+        for log in sorted((self.base / "log").glob("*.log")):
+            with contextlib.suppress(OSError):
+                text = log.read_text(errors="replace").splitlines()[-lines:]
+                tails.append(f"{log.name}:\n" + "\n".join(text))
+        return "\n".join(tails) or "(no log)"
 
     def await_startup(self, timeout: float = 90) -> None:
         """Wait until the node (and its rabbit application) is running."""
@@ -121,11 +160,13 @@ class BrokerNode:
 
     @classmethod
     @contextmanager
-    def started(cls, name: str, config: str = "") -> Iterator[BrokerNode]:
+    def started(
+        cls, name: str, config: str = "", plugins: tuple[str, ...] = ()
+    ) -> Iterator[BrokerNode]:
         """A started node, stopped and removed on exit."""
-        node = cls(name=name, config=config)
+        node = cls(name=name, config=config, plugins=plugins)
         try:
-            node.start()
+            node.start_new()
             yield node
         finally:
             node.stop()

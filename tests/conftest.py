@@ -23,9 +23,9 @@ import pytest
 from aio_pika.abc import AbstractRobustConnection
 
 from rabbitq import App
-from rabbitq.containers import throwaway_broker
+from rabbitq.ops.containers import throwaway_broker
 
-from .helpers import delete_app_objects
+from .helpers import delete_app_objects, redis_key_prefix
 
 LOCAL_URL = "amqp://guest:guest@127.0.0.1:5672/"
 
@@ -101,3 +101,10 @@ async def make_app(
     finally:
         for app in made:
             await delete_app_objects(connection, app)
+
+
+@pytest.fixture
+async def redis_prefix() -> AsyncIterator[str]:
+    """A key prefix of this test's own in the real Redis, its keys deleted after."""
+    async with redis_key_prefix() as name:
+        yield name

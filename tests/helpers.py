@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import uuid
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -11,6 +13,23 @@ from aio_pika.abc import AbstractIncomingMessage, AbstractRobustConnection
 
 from rabbitq import App, Worker
 from rabbitq.hooks import Hooks
+
+REDIS_URL = os.environ.get("RABBITQ_TEST_REDIS", "redis://127.0.0.1:6379/0")
+"""The real Redis of the tests (the effects tests and bench/ read the same variable)."""
+
+
+@contextlib.asynccontextmanager
+async def redis_key_prefix() -> AsyncIterator[str]:
+    """A key prefix of the caller's own in the real Redis; its keys are deleted after."""
+    import redis.asyncio as aioredis
+
+    name = f"rabbitq-test:{uuid.uuid4().hex}:"
+    yield name
+    client = aioredis.Redis.from_url(REDIS_URL)
+    keys = [k async for k in client.scan_iter(match=name + "*")]
+    if keys:
+        await client.delete(*keys)
+    await client.aclose()
 
 
 async def delete_app_objects(conn: AbstractRobustConnection, app: App) -> None:
@@ -98,6 +117,15 @@ async def wait_for(
         if loop.time() > deadline:
             raise AssertionError(f"condition not met within {timeout}s")
         await asyncio.sleep(interval)
+
+
+def window_spans(times: list[float], starts: int) -> list[float]:
+    """How long each run of ``starts`` consecutive start times lasts, shortest first: a
+    sliding window, not calendar seconds (with a rate of N a second, every N + 1 starts
+    take at least a second, however they straddle a second's boundary)."""
+    s = sorted(times)
+    assert len(s) >= starts, f"only {len(s)} start times"
+    return sorted(b - a for a, b in zip(s, s[starts - 1 :], strict=False))
 
 
 async def queue_depth(conn: AbstractRobustConnection, queue: str) -> int:

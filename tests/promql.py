@@ -1,5 +1,5 @@
 """What the dashboard and the alert rules ask Prometheus, read from the shipped files, and
-what the code exports, read from :class:`rabbitq.metrics.Metrics`: shared by the static
+what the code exports, read from :class:`rabbitq.ops.metrics.Metrics`: shared by the static
 checks (tests/test_dashboard.py, tests/test_deploy.py) and the live Prometheus test."""
 
 from __future__ import annotations
@@ -129,21 +129,22 @@ def label_names(expr: str) -> set[str]:
 
 def exported() -> dict[str, frozenset[str]]:
     """Every series name the code exports, with its label names (target labels and the
-    histogram's ``le`` included), from a :class:`~rabbitq.metrics.Metrics` on a fresh
-    registry."""
-    from rabbitq.metrics import Metrics
+    histogram's ``le`` included), from a :class:`~rabbitq.ops.metrics.Metrics` and the
+    outbox relay's :class:`~rabbitq.effects.metrics.OutboxMetrics`, on fresh registries."""
+    from rabbitq.effects.metrics import OutboxMetrics
+    from rabbitq.ops.metrics import Metrics
 
-    metrics = Metrics(CollectorRegistry())
-    labels_of: dict[str, frozenset[str]] = {}
-    for wrapper in vars(metrics).values():
-        # prometheus-client keeps a metric's label names in _labelnames (no public getter)
-        if hasattr(wrapper, "_labelnames") and hasattr(wrapper, "_name"):
-            labels_of[wrapper._name] = frozenset(wrapper._labelnames)
     out: dict[str, frozenset[str]] = {}
-    for family in metrics.registry.collect():
-        base = labels_of[family.name] | TARGET_LABELS
-        for suffix in SUFFIXES[family.type]:
-            out[family.name + suffix] = base | ({"le"} if suffix == "_bucket" else set())
+    for metrics in (Metrics(CollectorRegistry()), OutboxMetrics("t", CollectorRegistry())):
+        labels_of: dict[str, frozenset[str]] = {}
+        for wrapper in vars(metrics).values():
+            # prometheus-client keeps a metric's label names in _labelnames (no public getter)
+            if hasattr(wrapper, "_labelnames") and hasattr(wrapper, "_name"):
+                labels_of[wrapper._name] = frozenset(wrapper._labelnames)
+        for family in metrics.registry.collect():
+            base = labels_of[family.name] | TARGET_LABELS
+            for suffix in SUFFIXES[family.type]:
+                out[family.name + suffix] = base | ({"le"} if suffix == "_bucket" else set())
     return out
 
 

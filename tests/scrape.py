@@ -3,12 +3,25 @@
 from __future__ import annotations
 
 import http.client
+import re
 from urllib.parse import urlsplit
 
 from prometheus_client.parser import text_string_to_metric_families
 
 # (sample name, sorted label pairs) -> value
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+LISTENING = re.compile(r"listening on \S+:(\d+)\)")
+"""The end of the line a worker (or supervisor) logs once it serves its endpoints:
+``serving metrics on URL (and /healthz, /readyz; listening on BIND:PORT)``."""
+
+
+def logged_port(log: str) -> int | None:
+    """The port a worker started with ``--metrics-port 0`` says it bound, from its log
+    (None until it has said): no port is picked first and bound later by someone else."""
+    found = LISTENING.search(log)
+    return int(found.group(1)) if found else None
 
 
 def http_get(url: str, timeout: float = 10) -> tuple[int, str]:

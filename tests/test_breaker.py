@@ -9,9 +9,9 @@ import pytest
 
 from rabbitq import App, Breaker, ConfigurationError, Message
 from rabbitq.breaker import CLOSED, HALF_OPEN, OPEN, BreakerGuard, Circuit, combined, verdict
-from rabbitq.dispatch import ACK
 from rabbitq.hooks import Hooks
 from rabbitq.retry import DeadLetter, Retry
+from rabbitq.worker.dispatch import ACK
 
 CONFIG = Breaker(
     failure_ratio=0.5, window=10, window_seconds=60, min_calls=4, cooldown=30, probes=2

@@ -1,6 +1,6 @@
 """The Grafana dashboard and its provisioning, checked as files: every panel has a data
 source and queries, the variables exist, and every metric and label the queries name is
-one the code exports. (tests/integration/test_prometheus_live.py runs the queries.)"""
+one the code exports. (tests/integration/ops/test_prometheus_live.py runs the queries.)"""
 
 from __future__ import annotations
 
@@ -33,6 +33,18 @@ PROMISED = {
     "consuming": "rabbitq_consuming",
     "circuit breaker": "rabbitq_circuit_open",
     "versions": "rabbitq_info",
+    "duplicates skipped": "rabbitq_duplicates_total",
+    "outbox age": "rabbitq_outbox_oldest_pending_seconds",
+    "outbox pending": "rabbitq_outbox_pending",
+    "outbox relay errors": "rabbitq_outbox_relay_errors_total",
+    "rate-limit wait": "rabbitq_limit_wait_seconds_bucket",
+    "limited handlers running": "rabbitq_limit_concurrency",
+    # the safety signals: a worker paused on a refused copy, a broker alarm, a deleted
+    # queue declared again, sync handlers hung past their timeout
+    "copies held": "rabbitq_copies_held",
+    "broker blocking publishers": "rabbitq_connection_blocked",
+    "queues re-declared": "rabbitq_topology_redeclared_total",
+    "abandoned handler threads": "rabbitq_handler_threads_abandoned",
 }
 
 
@@ -118,6 +130,14 @@ def test_the_dashboard_shows_everything_it_promises(board):
         "Connection status",
         "Reconnects",
         "Circuit breaker",
+        "Duplicates skipped",
+        "Outbox: oldest pending row",
+        "Rate-limit wait",
+        "Limited handlers running",
+        "Copies held",
+        "Broker blocking publishers",
+        "Queues re-declared",
+        "Abandoned handler threads",
     ):
         assert title in titles
 
@@ -127,6 +147,15 @@ def test_the_latency_panel_shows_p50_p95_and_p99(board):
     exprs = [t["expr"] for t in panel["targets"]]
     for q in ("0.5", "0.95", "0.99"):
         assert any(e.startswith(f"histogram_quantile({q},") for e in exprs)
+
+
+def test_the_safety_panels_filter_by_queue_where_the_metric_has_that_label(board):
+    exprs = {t.panel: t.expr for t in promql.targets(board)}
+    for title in ("Copies held", "Queues re-declared", "Abandoned handler threads"):
+        assert 'queue=~"$queue"' in exprs[title], title
+        assert "by (queue" in exprs[title], title
+    # a broker alarm is per connection: one series per worker
+    assert "by (instance)" in exprs["Broker blocking publishers"]
 
 
 def test_the_dlq_and_retry_depth_queries_follow_the_queue_naming(board):

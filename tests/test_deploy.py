@@ -16,7 +16,7 @@ import yaml
 
 from rabbitq.app import load_app
 from rabbitq.cli import main as cli
-from rabbitq.consumer import DEFAULT_GRACE_PERIOD
+from rabbitq.worker.lifecycle import DEFAULT_GRACE_PERIOD
 
 from . import promql
 
@@ -31,6 +31,12 @@ REQUIRED_ALERTS = {
     "handler p99 high": "RabbitqHandlerSlow",
     "worker down": "RabbitqWorkerDown",
     "connection flapping": "RabbitqConnectionFlapping",
+    "outbox stuck": "RabbitqOutboxStuck",
+    # the safety signals: each one is a worker that cannot do its work as things stand
+    "broker blocking publishers for over a minute": "RabbitqBrokerBlocked",
+    "copies held (consuming paused) for over 5 minutes": "RabbitqCopiesHeld",
+    "an operator deleted one of the app's queues": "RabbitqQueueRedeclared",
+    "abandoned handler threads growing": "RabbitqHandlerThreadsAbandoned",
 }
 
 
@@ -119,6 +125,33 @@ def test_the_alert_unit_tests_cover_both_dlq_alerts():
         if case.get("exp_alerts")
     }
     assert {"RabbitqDeadLetters", "RabbitqDeadLetterQueueNotEmpty"} <= fired
+    assert "RabbitqOutboxStuck" in fired
+
+
+SAFETY_ALERTS = (
+    "RabbitqBrokerBlocked",
+    "RabbitqCopiesHeld",
+    "RabbitqQueueRedeclared",
+    "RabbitqHandlerThreadsAbandoned",
+)
+
+
+def test_the_alert_unit_tests_show_each_safety_alert_firing_and_not_firing():
+    tests = yaml.safe_load((DEPLOY / "prometheus" / "alerts.test.yml").read_text())["tests"]
+    cases = [case for test in tests for case in test["alert_rule_test"]]
+    for name in SAFETY_ALERTS:
+        mine = [case for case in cases if case["alertname"] == name]
+        assert any(case.get("exp_alerts") for case in mine), f"{name} is never shown firing"
+        assert any(not case.get("exp_alerts") for case in mine), f"{name} is never shown quiet"
+
+
+def test_the_safety_alerts_wait_as_long_as_their_promise_and_say_what_to_do():
+    rules = {rule["alert"]: rule for rule in promql.alert_rules()}
+    assert rules["RabbitqBrokerBlocked"]["for"] == "1m"
+    assert rules["RabbitqCopiesHeld"]["for"] == "5m"
+    assert "doctor" in rules["RabbitqCopiesHeld"]["annotations"]["description"]
+    for name in SAFETY_ALERTS:
+        assert "{{ $labels." in rules[name]["annotations"]["summary"], name
 
 
 def test_prometheus_scrapes_the_workers_metrics_port_and_loads_the_alerts():

@@ -4,6 +4,7 @@ no broker."""
 from __future__ import annotations
 
 import asyncio
+import os
 import subprocess
 import sys
 import uuid
@@ -13,6 +14,7 @@ from pathlib import Path
 from uuid import UUID
 
 import orjson
+import psycopg
 import pytest
 
 from examples import email_service, payment_service
@@ -21,9 +23,7 @@ from examples.payment_service import (
     CapturePayment,
     Currency,
     GatewayTimeout,
-    MemoryStore,
     SandboxGateway,
-    SqliteStore,
 )
 from rabbitq import App
 from rabbitq.testing import deliver
@@ -128,6 +128,10 @@ def test_an_address_domain_is_lowercased_but_not_its_local_part():
 
 
 # -- payment service ---------------------------------------------------------------------
+# On the machine's real PostgreSQL (the app's idempotency store and outbox), with tables
+# of this test's own prefix, dropped afterwards.
+
+PG_URL = os.environ.get("RABBITQ_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
 
 
 def capture(amount: str = "49.90", currency: Currency = Currency.EUR) -> CapturePayment:
@@ -146,25 +150,35 @@ def raw_capture(**fields: object) -> bytes:
 
 
 class RecordingGateway(SandboxGateway):
-    """The sandbox, remembering what each call received; fails the first ``failures`` calls."""
+    """The sandbox, remembering what each call received; fails the first ``failures``
+    calls, before capturing (``after=False``) or after (a crash after the capture)."""
 
-    def __init__(self, failures: int = 0, error: Exception | None = None) -> None:
+    def __init__(
+        self, failures: int = 0, error: Exception | None = None, *, after: bool = False
+    ) -> None:
         super().__init__()
         self.failures = failures
+        self.after = after
         self.error = error or GatewayTimeout("no answer from the gateway within 10s")
         self.received: list[tuple[UUID, Decimal, Currency, str]] = []
 
     async def capture(self, payment_id, amount, currency, *, idempotency_key):
         self.received.append((payment_id, amount, currency, idempotency_key))
-        if self.failures:
+        if self.failures and not self.after:
             self.failures -= 1
             raise self.error
-        return await super().capture(payment_id, amount, currency, idempotency_key=idempotency_key)
+        reference = await super().capture(
+            payment_id, amount, currency, idempotency_key=idempotency_key
+        )
+        if self.failures:
+            self.failures -= 1
+            raise ConnectionError("the worker lost the database right after the capture")
+        return reference
 
 
 @pytest.fixture
-def store() -> MemoryStore:
-    return MemoryStore()
+def prefix() -> str:
+    return f"t_{uuid.uuid4().hex[:10]}_"
 
 
 @pytest.fixture
@@ -173,85 +187,104 @@ def gateway() -> RecordingGateway:
 
 
 @pytest.fixture
-def payments(store, gateway) -> App:
-    return payment_service.create_app(store=store, gateway=gateway)
+async def make_payments(prefix):
+    made: list[App] = []
+
+    def factory(**kwargs) -> App:
+        kwargs.setdefault("gateway", RecordingGateway())
+        app = payment_service.create_app(db=PG_URL, prefix=prefix, **kwargs)
+        made.append(app)
+        return app
+
+    yield factory
+    for app in made:
+        await app.idempotency.close()
+        await app.outbox.close()
+    async with await psycopg.AsyncConnection.connect(PG_URL, autocommit=True) as conn:
+        cur = await conn.execute(
+            "SELECT tablename FROM pg_tables WHERE tablename LIKE %s", (prefix + "%",)
+        )
+        for (name,) in await cur.fetchall():
+            await conn.execute(f'DROP TABLE "{name}"')
 
 
-async def test_a_capture_is_acked_and_recorded_under_its_message_id(payments, store, gateway):
+@pytest.fixture
+def payments(make_payments, gateway) -> App:
+    return make_payments(gateway=gateway)
+
+
+async def captures(app: App) -> list[tuple]:
+    table = payment_service.captures_table(app.outbox.sql.table.removesuffix("outbox"))
+    async with await psycopg.AsyncConnection.connect(PG_URL) as conn:
+        cur = await conn.execute("SELECT to_regclass(%s)", (table,))
+        if (await cur.fetchone())[0] is None:  # created with the first committed capture
+            return []
+        cur = await conn.execute(f"SELECT payment_id, amount, currency, reference FROM {table}")
+        return await cur.fetchall()
+
+
+async def test_a_capture_is_recorded_and_announced_under_the_payments_key(payments, gateway):
     result = await deliver(payments, capture(), message_id="m-1")
 
-    assert result.acked
-    done = store.get("m-1")
-    assert done is not None
-    assert (done.payment_id, done.amount, done.currency) == (
-        PAYMENT_ID,
-        Decimal("49.90"),
-        Currency.EUR,
-    )
-    assert done.reference == "cap_m-1"
-    assert gateway.received == [(PAYMENT_ID, Decimal("49.90"), Currency.EUR, "m-1")]
+    assert result.acked and not result.duplicate
+    assert await captures(payments) == [(PAYMENT_ID, Decimal("49.90"), "EUR", f"cap_{PAYMENT_ID}")]
+    # the payment id is the gateway's idempotency key
+    assert gateway.received == [(PAYMENT_ID, Decimal("49.90"), Currency.EUR, str(PAYMENT_ID))]
+    assert (await payments.outbox.stats())[0] == 1  # payment.captured, for the relay
+    assert result.published == ()  # in the outbox, not sent by the worker
 
 
-async def test_the_same_message_delivered_twice_captures_once(payments, store, gateway):
+async def test_the_same_message_delivered_twice_captures_once(payments, gateway):
     first = await deliver(payments, capture(), message_id="m-1")
     again = await deliver(payments, capture(), message_id="m-1", redelivered=True)
 
-    assert first.acked and again.acked
+    assert first.acked and again.acked and again.duplicate
     assert len(gateway.received) == 1  # the duplicate never reached the gateway
-    assert list(gateway.captures) == ["m-1"]
-    assert list(store.captures) == ["m-1"]
+    assert len(await captures(payments)) == 1
+    assert (await payments.outbox.stats())[0] == 1  # announced once
 
 
-async def test_two_messages_are_two_captures_even_for_the_same_payment(payments, gateway):
+async def test_two_messages_for_one_payment_are_one_capture(payments, gateway):
     await deliver(payments, capture(), message_id="m-1")
-    await deliver(payments, capture(), message_id="m-2")
+    second = await deliver(payments, capture(), message_id="m-2")
 
-    assert sorted(gateway.captures) == ["m-1", "m-2"]
+    assert second.duplicate
+    assert list(gateway.captures) == [str(PAYMENT_ID)]
 
 
-async def test_a_capture_lost_before_the_store_write_is_not_repeated(gateway):
-    class ForgetfulStore(MemoryStore):
-        """Loses the first write, as a worker crash right after the capture would."""
-
-        def __init__(self) -> None:
-            super().__init__()
-            self.crashed = False
-
-        def add(self, capture):
-            if not self.crashed:
-                self.crashed = True
-                raise ConnectionError("database went away")
-            return super().add(capture)
-
-    store = ForgetfulStore()
-    app = payment_service.create_app(store=store, gateway=gateway)
+async def test_a_worker_that_fails_after_the_capture_does_not_capture_twice(make_payments):
+    gateway = RecordingGateway(failures=1, after=True)
+    app = make_payments(gateway=gateway)
 
     first = await deliver(app, capture(), message_id="m-1")
     assert first.retried and first.next_attempt == 2
+    assert await captures(app) == []  # nothing recorded: the key was released
     second = await deliver(app, capture(), message_id="m-1", attempt=2)
 
     assert second.acked
     assert len(gateway.received) == 2
-    assert list(gateway.captures) == ["m-1"]  # the gateway's idempotency key held
-    assert store.get("m-1") is not None
+    assert list(gateway.captures) == [str(PAYMENT_ID)]  # the gateway's idempotency key held
+    assert len(await captures(app)) == 1
 
 
 async def test_a_capture_without_message_id_is_keyed_by_its_payment(payments, gateway):
     for _ in range(2):  # another producer's message, sent twice without message_id
         result = await deliver(payments, raw_capture(), type="payment.capture", message_id="")
         assert result.acked
-    assert list(gateway.captures) == [f"payment-{PAYMENT_ID}"]
+    assert list(gateway.captures) == [str(PAYMENT_ID)]
     assert len(gateway.received) == 1
 
 
-async def test_amounts_stay_decimal_from_the_wire_to_the_gateway(payments, store, gateway):
+async def test_amounts_stay_decimal_from_the_wire_to_the_gateway_and_the_database(
+    payments, gateway
+):
     result = await deliver(payments, raw_capture(amount="0.10"), type="payment.capture")
 
     assert result.acked
-    (_, amount, _, key), *_ = gateway.received
+    (_, amount, _, _), *_ = gateway.received
     assert type(amount) is Decimal and amount == Decimal("0.10") and str(amount) == "0.10"
-    done = store.get(key)
-    assert done is not None and type(done.amount) is Decimal and str(done.amount) == "0.10"
+    ((_, stored, _, _),) = await captures(payments)
+    assert type(stored) is Decimal and str(stored) == "0.10"
 
 
 def test_amounts_travel_as_exact_strings_with_two_places():
@@ -261,27 +294,26 @@ def test_amounts_travel_as_exact_strings_with_two_places():
     assert CapturePayment.model_validate(wire).amount == Decimal("12.30")
 
 
-async def test_a_gateway_timeout_is_retried_in_the_first_capture_tier(store):
-    gateway = RecordingGateway(failures=1)
-    app = payment_service.create_app(store=store, gateway=gateway)
+async def test_a_gateway_timeout_is_retried_in_the_first_capture_tier(make_payments):
+    app = make_payments(gateway=RecordingGateway(failures=1))
 
     result = await deliver(app, capture(), message_id="m-1")
 
     assert result.retried
     assert (result.tier, result.delay, result.next_attempt) == (1, "10s", 2)
     assert result.error == "GatewayTimeout: no answer from the gateway within 10s"
-    assert store.get("m-1") is None
+    assert await captures(app) == []
 
 
-async def test_a_retried_capture_succeeds_on_the_next_attempt(store):
+async def test_a_retried_capture_succeeds_on_the_next_attempt(make_payments):
     gateway = RecordingGateway(failures=1)
-    app = payment_service.create_app(store=store, gateway=gateway)
+    app = make_payments(gateway=gateway)
 
     first = await deliver(app, capture(), message_id="m-1")
     assert first.retried and first.next_attempt == 2
     second = await deliver(app, capture(), message_id="m-1", attempt=2)
 
-    assert second.acked and list(gateway.captures) == ["m-1"]
+    assert second.acked and list(gateway.captures) == [str(PAYMENT_ID)]
 
 
 @pytest.mark.parametrize(("attempt", "delay"), [(2, "1m"), (3, "10m")])
@@ -291,28 +323,30 @@ async def test_an_unavailable_gateway_waits_longer_each_attempt(payments, attemp
     assert result.retried and result.tier == attempt and result.delay == delay
 
 
-async def test_an_unavailable_gateway_is_dead_lettered_after_four_attempts(payments, store):
+async def test_an_unavailable_gateway_is_dead_lettered_after_four_attempts(payments):
     result = await deliver(payments, capture("3000.00"), attempt=4)
 
     assert result.dead_lettered and result.reason == "exhausted"
-    assert store.captures == {}
+    assert await captures(payments) == []
 
 
-async def test_a_declined_payment_is_dead_lettered_at_once(payments, store, gateway):
+async def test_a_declined_payment_is_dead_lettered_at_once_and_can_be_replayed(payments, gateway):
     result = await deliver(payments, capture("2500.00"))
 
     assert result.dead_lettered and result.reason == "permanent"
     assert result.error == "PaymentDeclined: declined 2001: insufficient funds"
-    assert store.captures == {} and gateway.captures == {}
+    assert await captures(payments) == [] and gateway.captures == {}
+    again = await deliver(payments, capture("2500.00"))  # the key was released: it runs
+    assert again.dead_lettered and len(gateway.received) == 2
 
 
-async def test_a_hanging_gateway_is_a_failed_attempt_after_the_timeout(store):
+async def test_a_hanging_gateway_is_a_failed_attempt_after_the_timeout(make_payments):
     class Hanging:
         async def capture(self, payment_id, amount, currency, *, idempotency_key):
             await asyncio.sleep(60)
             return "never"
 
-    app = payment_service.create_app(store=store, gateway=Hanging(), timeout=0.05)
+    app = make_payments(gateway=Hanging(), timeout=0.05)
 
     result = await deliver(app, capture())
 
@@ -354,8 +388,8 @@ def test_the_capture_handler_retries_on_its_own_policy_within_the_apps_queues():
     topology = app.topology()
 
     assert handler.retry.delays == (10, 60, 600) and handler.timeout == 20
-    assert [q.name for q in topology.retries] == [
-        "payments.retry.1s",
+    assert handler.idempotency is app.idempotency and app.outbox is not None
+    assert [q.name for q in topology.retries] == [  # no unused payments.retry.1s
         "payments.retry.10s",
         "payments.retry.1m",
         "payments.retry.10m",
@@ -364,35 +398,10 @@ def test_the_capture_handler_retries_on_its_own_policy_within_the_apps_queues():
     assert topology.routing_keys == ("payment.capture",)
 
 
-def test_the_sqlite_store_keeps_decimals_exact_and_refuses_a_second_write(tmp_path, store):
-    done = payment_service.Capture(
-        message_id="m-1",
-        payment_id=PAYMENT_ID,
-        amount=Decimal("0.30"),
-        currency=Currency.CHF,
-        reference="cap_m-1",
-        captured_at=payment_service._now(),
-    )
-    db = SqliteStore(tmp_path / "payments.sqlite3")
-    try:
-        assert db.add(done) is True
-        assert db.add(done) is False
-        assert db.get("m-1") == done
-        assert db.get("m-2") is None
-    finally:
-        db.close()
-    assert store.add(done) is True and store.add(done) is False
-
-
-async def test_the_sqlite_store_makes_a_capture_idempotent_across_restarts(tmp_path, gateway):
-    path = tmp_path / "payments.sqlite3"
-    for _ in range(2):  # a worker restart: a new app and store over the same file
-        db = SqliteStore(path)
-        app = payment_service.create_app(store=db, gateway=gateway)
-        try:
-            assert (await deliver(app, capture(), message_id="m-1")).acked
-        finally:
-            db.close()
+async def test_a_restarted_worker_remembers_what_was_captured(make_payments, gateway):
+    for _ in range(2):  # a restart: a new app and store over the same database
+        app = make_payments(gateway=gateway)
+        assert (await deliver(app, capture(), message_id="m-1")).acked
     assert len(gateway.received) == 1
 
 

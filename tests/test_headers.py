@@ -147,7 +147,7 @@ def test_text_header_of_a_missing_header_is_none():
 
 
 def test_retry_headers_keep_the_originals_and_add_attempt_error_and_origin():
-    original = {"tenant": "acme", "x-death": [{"reason": "expired"}]}
+    original = {"tenant": "acme", "x-death": [{"queue": "q.retry.1s", "reason": "expired"}]}
     out = h.retry_headers(
         original,
         next_attempt=2,
@@ -157,13 +157,13 @@ def test_retry_headers_keep_the_originals_and_add_attempt_error_and_origin():
     )
     assert out == {
         "tenant": "acme",
-        "x-death": [{"reason": "expired"}],
+        "rabbitq-deaths": [{"queue": "q.retry.1s", "reason": "expired", "count": 1}],
         "rabbitq-original-exchange": "rabbitq",
         "rabbitq-original-routing-key": "email.send",
         "rabbitq-attempt": 2,
         "rabbitq-error": "RuntimeError: down",
     }
-    assert original == {"tenant": "acme", "x-death": [{"reason": "expired"}]}
+    assert original == {"tenant": "acme", "x-death": [{"queue": "q.retry.1s", "reason": "expired"}]}
 
 
 def test_a_retry_copy_keeps_the_origin_of_an_earlier_copy():

@@ -254,3 +254,57 @@ async def test_a_handler_that_swallows_its_timeout_cancellation_returns_normally
 
 class TimeoutProbe(Message, type="test.testing.timeout-probe"):
     pass
+
+
+# -- effects: follow-ups and idempotency through deliver -----------------------------------
+
+
+class Bill(Message, type="testing.bill"):
+    n: int
+    fail: bool = False
+
+
+class Billed(Message, type="testing.billed"):
+    n: int
+
+
+async def test_deliver_returns_the_follow_ups_of_a_success_and_none_of_a_failure():
+    app = App(queue="testing.effects", retry=RetryPolicy(delays=(1,)))
+
+    @app.handler(Bill)
+    async def charge(msg: Bill, ctx: Context) -> None:
+        await ctx.publish(Billed(n=msg.n))
+        if msg.fail:
+            raise RuntimeError("declined after publishing")
+
+    ok = await deliver(app, Bill(n=1), message_id="m-1", correlation_id="c-1")
+    failed = await deliver(app, Bill(n=2, fail=True))
+
+    assert ok.acked and ok.messages == [Billed(n=1)]
+    (follow_up,) = ok.published
+    assert follow_up.correlation_id == "c-1"
+    assert follow_up.headers["rabbitq-causation-id"] == "m-1"
+    assert failed.retried and failed.published == ()
+
+
+async def test_deliver_with_a_real_store_reports_the_second_delivery_as_a_duplicate():
+    import uuid
+
+    from rabbitq.effects import RedisStore
+
+    store = RedisStore(key_prefix=f"t:{uuid.uuid4().hex[:10]}:", retention=30)
+    app = App(queue="testing.effects", idempotency=store)
+    calls = []
+
+    @app.handler(Bill, key=lambda m: m.n)
+    async def charge(msg: Bill, ctx: Context) -> None:
+        calls.append(ctx.idempotency_key)
+
+    try:
+        first = await deliver(app, Bill(n=7), message_id="a")
+        second = await deliver(app, Bill(n=7), message_id="b")  # same business key
+    finally:
+        await store.close()
+    assert first.acked and not first.duplicate
+    assert second.acked and second.duplicate
+    assert calls == ["7"]

@@ -102,7 +102,7 @@ def test_a_classic_plan_has_exactly_the_documented_arguments():
     ]
     assert topology.dlq.name == "emails.dlq"
     assert topology.dlq.kind == "dlq"
-    assert dict(topology.dlq.arguments) == {}
+    assert dict(topology.dlq.arguments) == {"x-overflow": "reject-publish"}
     assert topology.routing_keys == ("email.send",)
 
 
@@ -133,7 +133,11 @@ def test_a_quorum_plan_adds_the_delivery_limit_and_safe_dead_lettering():
         "x-dead-letter-routing-key": "payments",
         **quorum,
     }
-    assert dict(topology.dlq.arguments) == {"x-queue-type": "quorum"}
+    assert dict(topology.dlq.arguments) == {
+        "x-queue-type": "quorum",
+        "x-delivery-limit": 1_000_000_000,
+        "x-overflow": "reject-publish",
+    }
 
 
 def test_a_quorum_plan_uses_the_default_delivery_limit_unless_given():
@@ -270,3 +274,77 @@ def test_a_mismatch_in_another_vhost_is_still_recognised():
 )
 def test_other_broker_errors_are_not_mistaken_for_a_mismatch(text):
     assert mismatch_from_error(Exception(text)) is None
+
+
+@pytest.mark.parametrize(
+    ("argument", "detail", "existing", "wanted"),
+    [
+        (
+            "x-overflow",
+            "received the value 'reject-publish' of type 'longstr' but current is none",
+            "classic",
+            "quorum",
+        ),
+        (
+            "x-dead-letter-strategy",
+            "received none but current is the value 'at-least-once' of type 'longstr'",
+            "quorum",
+            "classic",
+        ),
+        (
+            "x-queue-type",
+            "received the value 'quorum' of type 'longstr' but current is none",
+            "classic",
+            "quorum",
+        ),
+    ],
+)
+def test_a_queue_of_the_other_type_is_named_as_such(argument, detail, existing, wanted):
+    error = Exception(
+        f"PRECONDITION_FAILED - inequivalent arg '{argument}' for queue 'emails' in vhost '/': "
+        f"{detail}"
+    )
+    text = str(mismatch_from_error(error))
+    assert f"queue 'emails' exists as a {existing} queue, the app wants {wanted}" in text
+    assert argument not in text
+    assert "rabbitmqctl delete_queue emails" in text
+
+
+@pytest.mark.parametrize(
+    ("argument", "value"), [("x-overflow", "reject-publish"), ("x-delivery-limit", "1000000000")]
+)
+@pytest.mark.parametrize("topology", [None, "plan"])
+def test_a_dlq_declared_before_it_had_its_arguments_names_the_argument_and_the_migration(
+    argument, value, topology
+):
+    """Every DLQ has x-overflow, whatever its type, and old quorum DLQs lack
+    x-delivery-limit too: neither means "the other queue type" on a DLQ."""
+    error = Exception(
+        f"PRECONDITION_FAILED - inequivalent arg '{argument}' for queue 'emails.dlq' in vhost "
+        f"'/': received the value '{value}' of type 'longstr' but current is none"
+    )
+    known = plan(queue="emails", exchange="x", delays_ms=(), routing_keys=()) if topology else None
+    mismatch = mismatch_from_error(error, known)
+    assert mismatch is not None and mismatch.argument == argument
+    text = str(mismatch)
+    assert "exists as a" not in text
+    assert (
+        f"'emails.dlq' was declared without {argument} (the app declares {argument} {value}" in text
+    )
+    assert "rabbitq dlq export emails FILE, rabbitmqctl delete_queue emails.dlq," in text
+    assert "Migrating a deployed DLQ" in text
+    # the same argument on the main queue still means its type
+    main = Exception(str(error.args[0]).replace("'emails.dlq'", "'emails'"))
+    assert "exists as a classic queue, the app wants quorum" in str(
+        mismatch_from_error(main, known)
+    )
+
+
+def test_a_changed_delivery_limit_is_not_taken_for_a_type_change():
+    error = Exception(
+        "PRECONDITION_FAILED - inequivalent arg 'x-delivery-limit' for queue 'emails' in vhost "
+        "'/': received the value '5' of type 'signedint' but current is the value '10' of type "
+        "'signedint'"
+    )
+    text = str(mismatch_from_error(error))
+    assert "'x-delivery-limit'" in text and "exists as a" not in text

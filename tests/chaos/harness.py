@@ -27,13 +27,15 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-import aio_pika
 from aio_pika.abc import AbstractIncomingMessage, AbstractRobustConnection
 
 from rabbitq import App, PublishError
-from rabbitq.dlq_message import reason_of
+from rabbitq.amqp import failover
+from rabbitq.dlq.message import reason_of
+from rabbitq.settings import broker_urls
 
 from ..helpers import declare_topology, delete_app_objects, drain_queue
+from ..scrape import logged_port
 from .ledger import Ledger, Tally
 from .service import Config, Job, build_app
 
@@ -41,14 +43,22 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 async def connect_admin(url: str) -> AbstractRobustConnection:
-    """The test's own connection, quick to reconnect after a broker restart."""
-    return await aio_pika.connect_robust(
-        url, reconnect_interval=0.5, client_properties={"connection_name": "chaos test"}
+    """The test's own connection, quick to reconnect after a broker restart (to the
+    next node, when ``url`` names several: see rabbitq.failover)."""
+    return await failover.connect_robust(
+        broker_urls(url),
+        timeout=10,
+        reconnect_interval=0.5,
+        client_properties={"connection_name": "chaos test"},
     )
 
 
 class WorkerProcess:
-    """``rabbitq worker tests.chaos.service:app`` in a subprocess, logging to a file."""
+    """``rabbitq worker tests.chaos.service:app`` in a subprocess, logging to a file.
+
+    ``metrics_port`` 0: the worker serves its endpoints on a free port that it binds
+    itself and logs (so it logs at INFO, to a file of its own): :meth:`metrics_base`
+    reads it from there. No port is picked first and bound later by someone else."""
 
     def __init__(
         self,
@@ -67,10 +77,11 @@ class WorkerProcess:
             if metrics_port is None
             else ["--metrics-port", str(metrics_port), "--metrics-bind", "127.0.0.1"]
         )
+        level = "INFO" if metrics_port == 0 else "WARNING"  # INFO: the line with the port
         with log.open("ab") as out:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "rabbitq", "worker", "tests.chaos.service:app",
-                 "--url", url, "--grace-period", str(grace_period), "--log-level", "WARNING",
+                 "--url", url, "--grace-period", str(grace_period), "--log-level", level,
                  *metrics],
                 cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
             )  # fmt: skip
@@ -96,10 +107,20 @@ class WorkerProcess:
             self.proc.send_signal(signal.SIGTERM)
         return self.proc.wait(timeout=timeout)
 
+    def metrics_base(self) -> str | None:
+        """``http://127.0.0.1:PORT`` of its endpoints; None while a worker started with
+        ``metrics_port`` 0 has not yet logged which port it bound. Blocking (reads the log)."""
+        assert self.metrics_port is not None
+        if self.metrics_port == 0:
+            self.metrics_port = logged_port(self.log.read_text(errors="replace")) or 0
+        return f"http://127.0.0.1:{self.metrics_port}" if self.metrics_port else None
+
     def readyz(self) -> int | None:
         """The status of ``GET /readyz`` (None: no answer). Blocking; call in a thread."""
-        assert self.metrics_port is not None
-        url = f"http://127.0.0.1:{self.metrics_port}/readyz"
+        base = self.metrics_base()
+        if base is None:
+            return None
+        url = f"{base}/readyz"
         try:
             with urllib.request.urlopen(url, timeout=1) as response:
                 return int(response.status)
@@ -171,10 +192,19 @@ class ChaosRun:
     async def __aenter__(self) -> ChaosRun:
         self._connection = await connect_admin(self.url)
         await declare_topology(self._connection, self.app)
-        channel = await self._connection.channel()
-        dlq = await channel.declare_queue(self.app.topology().dlq.name, passive=True)
-        await dlq.consume(self.dead_letters.on_message)
+        await self.collect()
         return self
+
+    async def collect(self) -> None:
+        """Consume the DLQ into ``dead_letters`` (again, after :meth:`stop_collecting` or
+        after the DLQ was deleted and declared again)."""
+        channel = await self.connection.channel()
+        self._dlq = await channel.declare_queue(self.app.topology().dlq.name, passive=True)
+        self._dlq_tag = await self._dlq.consume(self.dead_letters.on_message)
+
+    async def stop_collecting(self) -> None:
+        """Stop consuming the DLQ (so that it fills up); :meth:`collect` resumes."""
+        await self._dlq.cancel(self._dlq_tag)
 
     async def __aexit__(self, *exc_info: object) -> None:
         for worker in self.workers:
@@ -194,9 +224,10 @@ class ChaosRun:
     def spawn(
         self, url: str | None = None, grace_period: float = 10.0, metrics_port: int | None = None
     ) -> WorkerProcess:
-        """Start one more worker process."""
+        """Start one more worker process (``metrics_port`` 0: see WorkerProcess)."""
+        log = "worker.log" if metrics_port != 0 else f"worker-{len(self.workers) + 1}.log"
         worker = WorkerProcess(
-            self.config, url or self.url, self.workdir / "worker.log", grace_period, metrics_port
+            self.config, url or self.url, self.workdir / log, grace_period, metrics_port
         )
         self.workers.append(worker)
         return worker

@@ -14,9 +14,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from rabbitq import Hooks, Worker
-from rabbitq.dlq_message import reason_of
+from rabbitq.dlq.message import reason_of
 
-from ..broker_node import BrokerNode, free_port
+from ..broker_node import BrokerNode
 from ..helpers import Recorder, queue_depth, running, wait_for
 from .harness import ChaosRun, WorkerProcess
 from .ledger import Tally
@@ -276,7 +276,7 @@ async def restart_broker(
     started = time.monotonic()
     config = replace(FLAKY, queue_type=queue_type, handle_seconds=0.02, prefetch=16)
     async with ChaosRun(node.url, workdir, config) as run:
-        worker = run.spawn(metrics_port=free_port())
+        worker = run.spawn(metrics_port=0)  # a free port, bound by the worker
         async with ReadinessLog(worker) as readiness:
             await readiness.ready_after(0)
             publishing = asyncio.create_task(

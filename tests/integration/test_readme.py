@@ -9,6 +9,7 @@ import re
 import shutil
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
@@ -59,6 +60,9 @@ def test_the_readmes_commands_work_as_written_on_a_fresh_copy(tmp_path, broker_u
     project = fresh_copy(tmp_path / "rabbitq")
     env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
     env["RABBITQ_URL"] = broker_url
+    # The command as written, on this test's own names (the demo's rabbitq-demo queues
+    # may be what a person is looking at right now).
+    env["RABBITQ_DEMO_QUEUE"] = f"t.{uuid.uuid4().hex[:10]}.demo"
     # the interpreter running this suite, as "python3" on PATH for the copy
     env["PATH"] = f"{Path(sys.base_prefix) / 'bin'}:{env.get('PATH', '')}"
 

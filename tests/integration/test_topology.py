@@ -21,6 +21,7 @@ import orjson
 import pytest
 
 from rabbitq import App, Message, RetryPolicy, TopologyMismatch, Worker
+from rabbitq.topology import dlq_arguments
 
 from ..helpers import queue_depth, running
 
@@ -99,7 +100,7 @@ def expected_queues(queue: str, queue_type: str) -> dict[str, dict[str, Any]]:
             "x-dead-letter-routing-key": f"{queue}.dlq",
             **extra,
         },
-        f"{queue}.dlq": {"x-queue-type": "quorum"} if queue_type == "quorum" else {},
+        f"{queue}.dlq": dlq_arguments(queue_type),
     }
     for label, ms in RETRY_TTLS.items():
         queues[f"{queue}.retry.{label}"] = {
@@ -284,7 +285,15 @@ async def test_declaring_the_topology_twice_changes_nothing_and_keeps_queued_mes
 MISMATCHES = [
     pytest.param(".retry.1s", {"x-message-ttl": 2000}, "classic", "x-message-ttl", id="ttl"),
     # A classic DLQ, now declared by an app switched to quorum queues.
-    pytest.param(".dlq", {}, "quorum", "x-queue-type", id="classic-to-quorum"),
+    pytest.param(
+        ".dlq",
+        {"x-overflow": "reject-publish"},
+        "quorum",
+        "exists as a classic queue, the app wants quorum",
+        id="classic-to-quorum",
+    ),  # fmt: skip
+    # A DLQ declared before it had x-overflow (issue 11): see docs/reliability.md to migrate.
+    pytest.param(".dlq", {}, "classic", "x-overflow", id="dlq-without-overflow"),
 ]
 
 

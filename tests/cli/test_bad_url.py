@@ -1,0 +1,78 @@
+"""Every command refuses a broker URL it cannot use at once, in one line (issue 12, item 1).
+
+Before, ``--url localhost:5672`` made aio-pika retry forever: the commands printed
+nothing and never returned. Real subprocesses, so a hang is a failed test.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+APP = "examples.email_service:app"
+BODY = '{"to": "a@example.com", "subject": "hi", "body": "x"}'
+
+COMMANDS = {
+    "worker": ["worker", APP],
+    "publish": ["publish", APP, "email.send", BODY],
+    "topology": ["topology", APP],
+    "stats": ["stats", "emails"],
+    "demo": ["demo"],
+    "dlq list": ["dlq", "list", "emails"],
+    "dlq replay": ["dlq", "replay", "emails", "--dry-run"],
+}
+BAD_URLS = [
+    "localhost:5672",
+    "guest:s3cret@localhost",
+    "amqp:///",
+    "garbage",
+    "http://guest:s3cret@localhost:5672/",
+]
+
+
+def rabbitq(*args: str, env_url: str | None = None) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "RABBITQ_URL"}
+    if env_url is not None:
+        env["RABBITQ_URL"] = env_url
+    return subprocess.run(
+        [sys.executable, "-m", "rabbitq", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+
+
+def assert_one_line_error(result: subprocess.CompletedProcess[str], words: str) -> None:
+    assert result.returncode == 1, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("Error: invalid broker URL"), lines[0]
+    assert words in lines[0]
+    assert "s3cret" not in result.stderr + result.stdout
+
+
+@pytest.mark.parametrize("name", COMMANDS)
+def test_every_command_rejects_a_url_without_a_scheme_in_one_line(name):
+    assert_one_line_error(rabbitq(*COMMANDS[name], "--url", "localhost:5672"), "no scheme")
+
+
+@pytest.mark.parametrize("url", BAD_URLS)
+def test_the_worker_says_what_is_wrong_with_each_bad_url_and_exits(url):
+    expected = {"amqp:///": "no host", "http://guest:s3cret@localhost:5672/": "not AMQP"}
+    assert_one_line_error(rabbitq(*COMMANDS["worker"], "--url", url), expected.get(url, "scheme"))
+
+
+def test_a_bad_rabbitq_url_in_the_environment_is_reported_the_same_way():
+    assert_one_line_error(rabbitq("stats", "emails", env_url="garbage"), "no scheme")
+
+
+def test_a_worker_with_processes_checks_the_url_before_starting_any():
+    result = rabbitq(*COMMANDS["worker"], "--processes", "2", "--url", "amqp:///")
+    assert_one_line_error(result, "no host")

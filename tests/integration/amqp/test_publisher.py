@@ -1,0 +1,305 @@
+"""The publisher against a real broker: confirms, wire properties, unroutable and
+interrupted publishes, pipelining, delayed publishes and exact round-trips of values."""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import subprocess
+import time
+import uuid
+from datetime import UTC, datetime, timedelta, timezone
+from decimal import Decimal
+
+import orjson
+import pytest
+
+from rabbitq import (
+    ConfigurationError,
+    Context,
+    Message,
+    Publisher,
+    PublishError,
+    PublishInterrupted,
+    RetryPolicy,
+    Unroutable,
+    Worker,
+)
+from rabbitq.amqp.connection import connect
+from tests.helpers import declare_topology, drain_queue, queue_depth, running, wait_for
+from tests.proxy import TcpProxy
+
+
+class Note(Message, type="test.publisher.note"):
+    n: int
+    text: str = ""
+
+
+class Currency(enum.Enum):
+    EUR = "EUR"
+    USD = "USD"
+
+
+class Priority(enum.IntEnum):
+    LOW = 1
+    HIGH = 2
+
+
+class Payment(Message, type="test.publisher.payment"):
+    amount: Decimal
+    due: datetime
+    account: uuid.UUID
+    currency: Currency
+    priority: Priority
+
+
+def note_app(make_app, **kwargs):
+    """An app whose queue is bound to ``Note``."""
+    app = make_app(**kwargs)
+
+    @app.handler(Note)
+    async def handle(msg: Note) -> None:
+        pass
+
+    return app
+
+
+async def test_publish_returns_only_once_the_broker_has_stored_the_message(make_app, connection):
+    app = note_app(make_app)
+    await declare_topology(connection, app)
+    async with app.publisher() as pub:
+        for n in range(5):
+            await pub.publish(Note(n=n))
+            # No waiting: the confirm means the message is already in the queue.
+            assert await queue_depth(connection, app.queue) == n + 1
+
+
+async def test_publish_sets_every_property_the_wire_format_lists(make_app, connection):
+    app = note_app(make_app)
+    await declare_topology(connection, app)
+    before = datetime.now(UTC).replace(microsecond=0)
+    async with app.publisher() as pub:
+        mid = await pub.publish(Note(n=7, text="hello"))
+    after = datetime.now(UTC)
+
+    [m] = await drain_queue(connection, app.queue)
+    assert m.body == b'{"n":7,"text":"hello"}'
+    assert m.content_type == "application/json"
+    assert m.delivery_mode == 2
+    assert m.type == "test.publisher.note"
+    assert m.message_id == mid
+    assert len(mid) == 32 and uuid.UUID(hex=mid).version == 4 and mid == uuid.UUID(mid).hex
+    assert m.exchange == app.exchange
+    assert m.routing_key == "test.publisher.note"
+    assert m.timestamp is not None
+    stamp = m.timestamp if m.timestamp.tzinfo else m.timestamp.replace(tzinfo=UTC)
+    assert before - timedelta(seconds=1) <= stamp <= after
+
+
+async def test_publish_uses_the_message_id_and_correlation_id_it_is_given(make_app, connection):
+    app = note_app(make_app)
+    await declare_topology(connection, app)
+    async with app.publisher() as pub:
+        mid = await pub.publish(Note(n=1), message_id="order-42", correlation_id="req-9")
+    assert mid == "order-42"
+    [m] = await drain_queue(connection, app.queue)
+    assert (m.message_id, m.correlation_id) == ("order-42", "req-9")
+
+
+async def test_each_publish_gets_a_new_message_id(make_app, connection):
+    app = note_app(make_app)
+    await declare_topology(connection, app)
+    async with app.publisher() as pub:
+        ids = [await pub.publish(Note(n=n)) for n in range(3)]
+    assert len(set(ids)) == 3
+
+
+async def test_an_unroutable_message_raises_unroutable(make_app):
+    app = make_app()  # nothing is bound to the exchange: no worker, no topology
+    async with app.publisher() as pub:
+        with pytest.raises(Unroutable):
+            await pub.publish(Note(n=1))
+
+
+async def test_publishing_after_the_publisher_closed_raises_publish_interrupted(make_app):
+    app = note_app(make_app)
+    async with app.publisher() as pub:
+        pass
+    with pytest.raises(PublishInterrupted) as info:
+        await pub.publish(Note(n=1))
+    assert isinstance(info.value, PublishError)
+
+
+async def test_publishing_on_a_connection_the_client_closed_raises_publish_interrupted(
+    make_app, broker_url
+):
+    app = note_app(make_app)
+    conn = await connect(broker_url, name="test publisher (closed by client)")
+    pub = Publisher(app, url=broker_url, connection=conn)
+    await pub.open()
+    await conn.close()
+    try:
+        with pytest.raises(PublishInterrupted):
+            await pub.publish(Note(n=1))
+    finally:
+        await pub.close()
+
+
+def _close_broker_connections(name: str) -> int:
+    """Have the broker close every connection whose client-given name is ``name``."""
+    listing = subprocess.run(
+        ["rabbitmqctl", "-q", "list_connections", "pid", "client_properties"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=30,
+    ).stdout
+    pids = [line.split("\t")[0] for line in listing.splitlines() if name in line]
+    for pid in pids:
+        subprocess.run(
+            ["rabbitmqctl", "-q", "close_connection", pid, "closed by a test"],
+            capture_output=True,
+            check=True,
+            timeout=30,
+        )
+    return len(pids)
+
+
+async def test_publishing_after_the_broker_closed_the_connection_raises_publish_interrupted(
+    make_app, connection, broker_url, uid
+):
+    app = note_app(make_app)
+    await declare_topology(connection, app)
+    name = f"test publisher {uid}"
+    # Through a proxy that refuses new connections once the broker has closed this one:
+    # aio-pika reconnects at once otherwise, and the publish below could race it.
+    proxy = await TcpProxy(broker_url).start()
+    conn = await connect(proxy.url, name=name)
+    try:
+        async with Publisher(app, url=proxy.url, connection=conn) as pub:
+            await pub.publish(Note(n=1))
+            proxy.refuse()
+            assert await asyncio.to_thread(_close_broker_connections, name) == 1
+            await wait_for(lambda: not conn.connected.is_set(), timeout=10)
+            with pytest.raises(PublishInterrupted):
+                await pub.publish(Note(n=2))
+    finally:
+        await conn.close()
+        await proxy.close()
+    assert [m.body for m in await drain_queue(connection, app.queue)] == [b'{"n":1,"text":""}']
+
+
+async def test_publish_many_returns_the_ids_in_order_and_every_message_arrives(
+    make_app, connection
+):
+    app = note_app(make_app)
+    await declare_topology(connection, app)
+    async with app.publisher() as pub:
+        # A small window, so that several pipelined batches are needed.
+        ids = await pub.publish_many((Note(n=n) for n in range(300)), window=64)
+
+    assert len(ids) == 300 and len(set(ids)) == 300
+    arrived = await drain_queue(connection, app.queue)
+    assert [m.message_id for m in arrived] == ids
+    assert [orjson.loads(m.body)["n"] for m in arrived] == list(range(300))
+
+
+async def test_a_delayed_message_waits_in_the_matching_retry_queue_then_reaches_the_app_queue(
+    make_app, connection
+):
+    app = note_app(make_app, retry=RetryPolicy(delays=(0.2, 1)))
+    await declare_topology(connection, app)
+    retry_1s = app.topology().retry_queue(1000).name
+    # The message enters the retry queue after ``before``, so it cannot expire from it
+    # before ``before`` + 1 s: what is seen until then is where it waits, and its arrival
+    # in the app queue is seen no earlier than that however slow the machine is.
+    before = time.monotonic()
+    async with app.publisher() as pub:
+        await pub.publish(Note(n=1), delay=1)
+
+    assert retry_1s == f"{app.queue}.retry.1s"
+    depths = [
+        await queue_depth(connection, retry_1s),
+        await queue_depth(connection, f"{app.queue}.retry.200ms"),
+        await queue_depth(connection, app.queue),
+    ]
+    if time.monotonic() - before < 0.99:  # read before it could have expired
+        assert depths == [1, 0, 0], "not waiting in the 1 s retry queue"
+
+    async def arrived() -> bool:
+        return await queue_depth(connection, app.queue) == 1
+
+    await wait_for(arrived, timeout=5, interval=0.02)
+    waited = time.monotonic() - before
+    assert 0.995 <= waited < 2.5, "delivered before its delay, or long after it"
+    assert await queue_depth(connection, retry_1s) == 0
+    [m] = await drain_queue(connection, app.queue)
+    assert m.type == "test.publisher.note"
+    assert orjson.loads(m.body) == {"n": 1, "text": ""}
+    # it came from the 1 s retry queue, which dead-lettered it on expiry
+    assert [(d["queue"], d["reason"]) for d in m.headers["x-death"]] == [(retry_1s, "expired")]
+
+
+async def test_a_delayed_message_reaches_only_the_app_queue_not_other_queues_bound_to_its_type(
+    make_app, connection
+):
+    app = note_app(make_app, retry=RetryPolicy(delays=(0.2,)))
+    other = note_app(make_app, retry=RetryPolicy(delays=(0.2,)))  # same exchange and type
+    await declare_topology(connection, app)
+    await declare_topology(connection, other)
+    async with app.publisher() as pub:
+        await pub.publish(Note(n=1), delay=0.2)
+
+    async def arrived() -> bool:
+        return await queue_depth(connection, app.queue) == 1
+
+    await wait_for(arrived, timeout=5)
+    await asyncio.sleep(0.3)  # give a stray copy every chance to show up
+    assert await queue_depth(connection, other.queue) == 0
+    for spec in other.topology().retries:
+        assert await queue_depth(connection, spec.name) == 0
+
+
+async def test_a_delay_that_is_not_one_of_the_app_tiers_raises_configuration_error(
+    make_app, connection
+):
+    app = note_app(make_app, retry=RetryPolicy(delays=(0.2, 1)))
+    await declare_topology(connection, app)
+    async with app.publisher() as pub:
+        with pytest.raises(ConfigurationError):
+            await pub.publish(Note(n=1), delay=5)
+    for spec in app.topology().queues:
+        assert await queue_depth(connection, spec.name) == 0
+
+
+async def test_decimal_datetime_uuid_and_enum_fields_round_trip_exactly_to_the_handler(
+    make_app, connection
+):
+    app = make_app()
+    received: list[tuple[Payment, Context]] = []
+
+    @app.handler(Payment)
+    async def handle(msg: Payment, ctx: Context) -> None:
+        received.append((msg, ctx))
+
+    sent = Payment(
+        amount=Decimal("0.10"),
+        due=datetime(2031, 2, 3, 4, 5, 6, 789012, tzinfo=timezone(timedelta(hours=5, minutes=30))),
+        account=uuid.UUID("12345678-1234-5678-1234-567812345678"),
+        currency=Currency.EUR,
+        priority=Priority.HIGH,
+    )
+    async with running(Worker(app)):
+        async with app.publisher() as pub:
+            await pub.publish(sent)
+        await wait_for(lambda: received, timeout=10)
+
+    [(got, _ctx)] = received
+    assert got == sent
+    assert type(got.amount) is Decimal and str(got.amount) == "0.10"
+    assert got.due == sent.due
+    assert got.due.utcoffset() == timedelta(hours=5, minutes=30)
+    assert got.due.microsecond == 789012
+    assert type(got.account) is uuid.UUID and got.account == sent.account
+    assert got.currency is Currency.EUR
+    assert got.priority is Priority.HIGH

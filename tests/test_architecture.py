@@ -1,0 +1,127 @@
+"""The layering of rabbitq/, checked from the source (see docs/architecture.md).
+
+Every import counts, type-only and function-level ones included: no cycle at all, no
+private name imported from another module, the DLQ tools and the worker independent
+of each other, and no module over ~500 lines.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import rabbitq
+
+PACKAGE = Path(rabbitq.__file__).parent
+MAX_LINES = 500
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+MODULES = {_module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def _is_package(name: str) -> bool:
+    return MODULES[name].name == "__init__.py"
+
+
+def _imports(name: str) -> list[tuple[str, list[str]]]:
+    """(imported rabbitq module, names taken from it) for every import in ``name``."""
+    tree = ast.parse(MODULES[name].read_text())
+    package = name if _is_package(name) else name.rpartition(".")[0]
+    found: list[tuple[str, list[str]]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(a.name, []) for a in node.names if a.name.split(".")[0] == "rabbitq"]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - (node.level - 1)]
+                source = ".".join(base + ([node.module] if node.module else []))
+            else:
+                source = node.module or ""
+            if source.split(".")[0] != "rabbitq":
+                continue
+            plain: list[str] = []
+            for alias in node.names:
+                if f"{source}.{alias.name}" in MODULES:  # a submodule
+                    found.append((f"{source}.{alias.name}", []))
+                else:
+                    plain.append(alias.name)
+            if plain:
+                found.append((source, plain))
+    return found
+
+
+GRAPH = {name: sorted({m for m, _ in _imports(name) if m in MODULES}) for name in MODULES}
+
+
+def _reachable(start: str) -> set[str]:
+    seen: set[str] = set()
+    todo = [start]
+    while todo:
+        for nxt in GRAPH[todo.pop()]:
+            if nxt not in seen:
+                seen.add(nxt)
+                todo.append(nxt)
+    return seen
+
+
+def test_the_walk_sees_every_module_and_their_imports():
+    assert {"rabbitq", "rabbitq.worker.lifecycle", "rabbitq.dlq.reader"} <= set(MODULES)
+    assert "rabbitq.worker.dispatch" in GRAPH["rabbitq.worker.lifecycle"]
+    assert "rabbitq.hooks" in GRAPH["rabbitq.app"]  # a type-only import counts too
+
+
+def test_no_module_imports_itself_through_others():
+    cycles = sorted(name for name in MODULES if name in _reachable(name))
+    assert cycles == [], "import cycles through: " + ", ".join(cycles)
+
+
+def test_no_private_name_is_imported_from_another_module():
+    private = [
+        f"{name} imports {source}.{n}"
+        for name in MODULES
+        for source, names in _imports(name)
+        for n in names
+        if n.startswith("_") and not n.startswith("__")
+    ]
+    assert private == []
+
+
+def test_the_dlq_tools_import_nothing_from_the_worker():
+    for name in MODULES:
+        if name.startswith(("rabbitq.dlq", "rabbitq.cli.dlq")):
+            worker = sorted(m for m in _reachable(name) if m.startswith("rabbitq.worker"))
+            assert worker == [], f"{name} reaches {worker}"
+
+
+def test_the_worker_imports_no_layer_above_it():
+    above = ("rabbitq.ops", "rabbitq.cli", "rabbitq.dlq", "rabbitq.demo", "rabbitq.testing")
+    for name in MODULES:
+        if name.startswith("rabbitq.worker"):
+            wrong = sorted(m for m in _reachable(name) if m.startswith(above))
+            assert wrong == [], f"{name} reaches {wrong}"
+
+
+def test_the_core_modules_import_neither_the_worker_nor_the_tools():
+    core = ["app", "message", "codec", "retry", "topology", "headers", "errors", "settings"]
+    core += ["hooks", "breaker"]
+    above = ("rabbitq.worker", "rabbitq.ops", "rabbitq.cli", "rabbitq.dlq", "rabbitq.demo")
+    for short in core:
+        wrong = sorted(m for m in _reachable(f"rabbitq.{short}") if m.startswith(above))
+        assert wrong == [], f"rabbitq.{short} reaches {wrong}"
+
+
+def test_no_module_is_over_500_lines():
+    long = {
+        name: n
+        for name, path in MODULES.items()
+        if (n := len(path.read_text().splitlines())) > MAX_LINES
+    }
+    assert long == {}

@@ -1,0 +1,131 @@
+"""RetryLater: the smallest tier of at least the delay, without using up an attempt."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from email.utils import format_datetime
+
+import pytest
+
+from rabbitq import App, Message, PermanentError, RetryLater, RetryPolicy
+from rabbitq.retry import (
+    EXHAUSTED,
+    PERMANENT,
+    DeadLetter,
+    Retry,
+    after_exception,
+    after_retry_later,
+)
+from rabbitq.testing import deliver
+
+POLICY = RetryPolicy(delays=(1, 10, 60, 600))
+
+
+@pytest.mark.parametrize(
+    ("seconds", "tier_ms"),
+    [(0, 1_000), (0.5, 1_000), (1, 1_000), (1.001, 10_000), (30, 60_000), (600, 600_000)],
+)
+def test_the_smallest_tier_at_least_as_long_is_chosen(seconds: float, tier_ms: int) -> None:
+    decision = after_retry_later(POLICY, 2, RetryLater(seconds))
+    assert decision == Retry(tier_ms, 2, deferred=True)
+
+
+def test_a_delay_longer_than_every_tier_goes_to_the_largest() -> None:
+    assert after_retry_later(POLICY, 1, RetryLater(3600)) == Retry(600_000, 1, deferred=True)
+
+
+def test_the_attempt_is_not_used_up_even_on_the_last_one() -> None:
+    assert after_retry_later(POLICY, 5, RetryLater(10)) == Retry(10_000, 5, deferred=True)
+
+
+def test_count_attempt_uses_one_up_and_dead_letters_when_none_is_left() -> None:
+    assert after_retry_later(POLICY, 2, RetryLater(10, count_attempt=True)) == Retry(
+        10_000, 3, deferred=True
+    )
+    assert after_retry_later(POLICY, 5, RetryLater(10, count_attempt=True)) == DeadLetter(EXHAUSTED)
+
+
+def test_a_handler_without_tiers_dead_letters() -> None:
+    assert after_retry_later(RetryPolicy(delays=()), 1, RetryLater(1)) == DeadLetter(EXHAUSTED)
+
+
+def test_after_exception_tells_the_three_apart() -> None:
+    assert after_exception(POLICY, 1, RetryLater(5)) == Retry(10_000, 1, deferred=True)
+    assert after_exception(POLICY, 1, PermanentError("no")) == DeadLetter(PERMANENT)
+    assert after_exception(POLICY, 1, ValueError("x")) == Retry(1_000, 2)
+
+
+@pytest.mark.parametrize("bad", [-1, float("inf"), float("nan"), True, "5"])
+def test_retry_later_refuses_a_bad_delay(bad: object) -> None:
+    with pytest.raises(ValueError):
+        RetryLater(bad)  # type: ignore[arg-type]
+
+
+def test_retry_after_in_seconds_or_as_a_date() -> None:
+    assert RetryLater.from_retry_after("30").seconds == 30
+    assert RetryLater.from_retry_after(" 7 ", count_attempt=True).count_attempt
+    when = format_datetime(datetime.now(UTC) + timedelta(seconds=120), usegmt=True)
+    assert 110 < RetryLater.from_retry_after(when).seconds <= 120
+    past = format_datetime(datetime.now(UTC) - timedelta(hours=1), usegmt=True)
+    assert RetryLater.from_retry_after(past).seconds == 0
+    assert RetryLater.from_retry_after("soon", default=5).seconds == 5
+
+
+def test_retry_later_reads_well_in_the_error_header() -> None:
+    assert str(RetryLater(30)) == "retry after 30s"
+
+
+# -- through rabbitq.testing: the worker's own dispatch --------------------------------
+
+
+class Charge(Message, type="retry-later.charge"):
+    amount: int
+
+
+def _provider_app(error: Exception) -> App:
+    app = App(queue="retry-later-test", retry=POLICY)
+
+    @app.handler(Charge)
+    async def charge(msg: Charge) -> None:
+        raise error
+
+    return app
+
+
+async def test_a_handler_told_to_wait_is_retried_in_the_tier_it_asked_for() -> None:
+    result = await deliver(_provider_app(RetryLater(30)), Charge(amount=1), attempt=2)
+    assert result.retried and result.deferred
+    assert (result.delay, result.tier, result.next_attempt) == ("1m", 3, 2)
+    assert result.error == "RetryLater: retry after 30s"
+
+
+async def test_retry_after_from_a_provider_on_the_last_attempt_is_not_dead_lettered() -> None:
+    result = await deliver(
+        _provider_app(RetryLater.from_retry_after("5")), Charge(amount=1), attempt=5
+    )
+    assert result.retried and (result.delay, result.next_attempt) == ("10s", 5)
+
+
+async def test_counting_the_attempt_on_the_last_one_dead_letters() -> None:
+    app = _provider_app(RetryLater(5, count_attempt=True))
+    result = await deliver(app, Charge(amount=1), attempt=5)
+    assert result.dead_lettered and result.reason == "exhausted"
+
+
+async def test_an_ordinary_failure_still_uses_an_attempt_and_its_own_tier() -> None:
+    result = await deliver(_provider_app(OSError("down")), Charge(amount=1), attempt=2)
+    assert result.retried and not result.deferred
+    assert (result.delay, result.tier, result.next_attempt) == ("10s", 2, 3)
+
+
+def test_the_circuit_breaker_counts_a_retry_later_as_a_failure() -> None:
+    # So a Breaker on the handler is its backoff: a run of "later" opens the circuit.
+    from rabbitq import Breaker
+    from rabbitq.breaker import OPEN, Circuit, verdict
+
+    decision = after_exception(POLICY, 1, RetryLater(30))
+    assert verdict(decision) is False
+    circuit = Circuit(Breaker(min_calls=3, window=3))
+    for t in range(3):
+        circuit.record(verdict(decision), float(t))
+    assert circuit.state == OPEN

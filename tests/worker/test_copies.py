@@ -1,0 +1,89 @@
+"""CopyStore's decisions, without a broker: an unroutable copy re-declares the topology
+and is sent again; a refused one holds the message (consumer paused, sent again on a new
+channel, readiness told); a worker that stops gives up a held copy."""
+
+from __future__ import annotations
+
+import pytest
+from pamqp.commands import Basic
+
+from rabbitq.errors import PublishInterrupted, PublishNacked, Unroutable
+from rabbitq.hooks import Hooks
+from rabbitq.worker import copies
+
+
+class Events(Hooks):
+    def __init__(self) -> None:
+        self.held: list[tuple[int, str | None]] = []
+        self.consuming: list[bool] = []
+
+    def copies_held(self, queue: str, held: int, reason: str | None) -> None:
+        self.held.append((held, reason))
+
+    def consuming_changed(self, queue: str, consuming: bool) -> None:
+        self.consuming.append(consuming)
+
+
+def store(monkeypatch, answers, *, stopping=lambda: False):
+    """A CopyStore whose sends answer ``answers`` in turn (an exception or None)."""
+    calls: list[str] = []
+    sent: list[str] = []
+
+    async def send(channel, exchange, routing_key, body, properties):
+        sent.append(routing_key)
+        answer = answers.pop(0)
+        if answer is not None:
+            raise answer
+
+    monkeypatch.setattr(copies, "send_confirmed", send)
+    monkeypatch.setattr(copies, "HOLD_FIRST_WAIT", 0.0)
+
+    async def record(name):
+        calls.append(name)
+
+    events = Events()
+    s = copies.CopyStore(
+        "q",
+        ["q", "q.retry.1s", "q.dlq"],
+        channel=lambda: object(),  # type: ignore[arg-type,return-value]
+        redeclare=lambda reason: record(f"redeclare:{reason}"),
+        pause=lambda: record("pause"),
+        resume=lambda: calls.append("resume"),
+        stopping=stopping,
+        renew=lambda: record("renew"),
+        hooks=events,
+    )
+    monkeypatch.setattr(copies, "hold_waits", lambda *a: iter([0.0] * 100))
+    return s, calls, sent, events
+
+
+async def test_an_unroutable_copy_to_an_own_queue_redeclares_and_is_sent_again(monkeypatch):
+    s, calls, sent, events = store(monkeypatch, [Unroutable("gone"), None])
+    await s.store("q.dlq", b"", Basic.Properties())
+    assert calls == ["redeclare:unroutable"]
+    assert sent == ["q.dlq", "q.dlq"] and not events.held
+
+
+async def test_a_refused_copy_holds_the_message_until_the_queue_takes_it(monkeypatch):
+    s, calls, sent, events = store(
+        monkeypatch, [PublishNacked("full"), PublishNacked("full"), None]
+    )
+    await s.store("q.dlq", b"", Basic.Properties())
+    assert calls == ["pause", "renew", "renew", "resume"]
+    assert events.held[0][0] == 1 and "q.dlq refused the copy" in (events.held[0][1] or "")
+    assert events.held[-1] == (0, None) and events.consuming == [False]
+    assert len(sent) == 3
+
+
+async def test_a_stopping_worker_gives_up_a_held_copy(monkeypatch):
+    s, calls, _, events = store(monkeypatch, [PublishNacked("full")], stopping=lambda: True)
+    with pytest.raises(PublishInterrupted, match="stopping while the copy was held"):
+        await s.store("q.dlq", b"", Basic.Properties())
+    assert "pause" not in calls  # it never started holding
+
+
+async def test_an_interrupted_copy_is_raised_for_the_worker_to_return_the_message(monkeypatch):
+    s, calls, _, _ = store(monkeypatch, [PublishInterrupted("connection lost")])
+    with pytest.raises(PublishInterrupted):
+        await s.store("q.retry.1s", b"", Basic.Properties())
+    assert calls == []
