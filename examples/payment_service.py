@@ -1,9 +1,12 @@
 """A payment-capture service: consumes ``payment.capture`` and captures exactly once.
 
 Run a worker from the repository root (it declares the quorum queues ``payments``,
-``payments.retry.*`` and ``payments.dlq``)::
+``payments.retry.*`` and ``payments.dlq``; the tables ``payments_idempotency``,
+``payments_captures`` and ``payments_outbox`` are created on first use in
+``$PAYMENTS_DB``, default ``postgresql://postgres@127.0.0.1:5432/test``)::
 
     rabbitq worker examples.payment_service:app
+    rabbitq outbox relay examples.payment_service:app     # publishes payment.captured
 
 and, in another shell, publish the samples (a capture, the same message again, which
 is recognised as a duplicate, a decline, which goes to ``payments.dlq`` at once, and a
@@ -17,14 +20,20 @@ or one capture by hand (the amount is a string: a JSON number is a binary float)
         '{"payment_id": "6f1c3a52-4a8e-4ab7-9d6e-2f5b8c1e9a10",
           "amount": "49.90", "currency": "EUR"}'
 
-Delivery is at-least-once, so the handler is idempotent on the message's
-``message_id`` in two layers: a :class:`CaptureStore` remembers what was captured (a
-duplicate is acked without calling the gateway), and the same id is sent to the gateway
-as its idempotency key, which covers a crash between the capture and the store write,
-and two copies of one message handled at the same time.
+Delivery is at-least-once; the capture happens once, with no store written by hand
+(docs/effects.md):
 
-The defaults are for trying it out: a :class:`MemoryStore` and a :class:`SandboxGateway`
-that moves no money. Pass a :class:`SqliteStore` (or your database) and a real gateway
+- the app's :class:`~rabbitq.effects.PostgresStore` keys each capture on its
+  ``payment_id`` (one capture per payment, whatever the message ids): a duplicate is
+  acked without calling the gateway, and two copies are never handled at once;
+- the same key goes to the gateway as its **idempotency key**: the gateway's capture is
+  outside our database, so a worker that dies after the capture but before its done
+  mark runs the handler again, and the gateway answers that second call with the first
+  capture's reference instead of capturing twice;
+- the capture's row, the done mark and the ``payment.captured`` announcement (an outbox
+  row) commit in one transaction (``ctx.transaction()``): recorded and announced once.
+
+The default gateway is a :class:`SandboxGateway` that moves no money; pass a real
 client to :func:`create_app`.
 """
 
@@ -32,21 +41,21 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import re
-import sqlite3
 import sys
 import uuid
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal
 from enum import StrEnum
-from pathlib import Path
 from typing import Annotated, Any, Protocol
 from uuid import UUID
 
+import psycopg
 from pydantic import AfterValidator, AwareDatetime, BeforeValidator, Field
 
 from rabbitq import App, Context, Message, PermanentError, PublishError, RabbitqError, RetryPolicy
+from rabbitq.effects import Outbox, PostgresStore
 
 log = logging.getLogger("examples.payment_service")
 
@@ -94,6 +103,15 @@ class CapturePayment(Message, type="payment.capture"):
     amount: Amount
     currency: Currency
     requested_at: AwareDatetime = Field(default_factory=_now)  # a naive time is refused
+
+
+class PaymentCaptured(Message, type="payment.captured"):
+    """Announced once a capture is recorded (through the outbox)."""
+
+    payment_id: UUID
+    amount: Amount
+    currency: Currency
+    reference: str
 
 
 # -- the gateway -----------------------------------------------------------------------
@@ -158,109 +176,34 @@ class SandboxGateway:
         return reference
 
 
-# -- the store of processed messages ---------------------------------------------------
-
-
-@dataclass(frozen=True, kw_only=True)
-class Capture:
-    """A completed capture, keyed by the message_id that asked for it."""
-
-    message_id: str
-    payment_id: UUID
-    amount: Decimal
-    currency: Currency
-    reference: str
-    captured_at: datetime
-
-
-class CaptureStore(Protocol):
-    """Remembers which messages were captured."""
-
-    def get(self, message_id: str) -> Capture | None:
-        """The capture made for ``message_id``, if any."""
-        ...
-
-    def add(self, capture: Capture) -> bool:
-        """Record ``capture``; False if its message_id was already recorded."""
-        ...
-
-
-class MemoryStore:
-    """A :class:`CaptureStore` in a dict: for tests and trying things out."""
-
-    def __init__(self) -> None:
-        self.captures: dict[str, Capture] = {}
-
-    def get(self, message_id: str) -> Capture | None:
-        return self.captures.get(message_id)
-
-    def add(self, capture: Capture) -> bool:
-        if capture.message_id in self.captures:
-            return False
-        self.captures[capture.message_id] = capture
-        return True
-
-
-class SqliteStore:
-    """A :class:`CaptureStore` in SQLite. Amounts are stored as text: never a float.
-
-    Its calls are short local writes made from the event loop; a network database
-    would want an async driver instead.
-    """
-
-    def __init__(self, path: str | Path) -> None:
-        self._db = sqlite3.connect(path, isolation_level=None)  # autocommit
-        self._db.execute(
-            "CREATE TABLE IF NOT EXISTS captures ("
-            " message_id TEXT PRIMARY KEY, payment_id TEXT NOT NULL, amount TEXT NOT NULL,"
-            " currency TEXT NOT NULL, reference TEXT NOT NULL, captured_at TEXT NOT NULL)"
-        )
-
-    def get(self, message_id: str) -> Capture | None:
-        row = self._db.execute(
-            "SELECT message_id, payment_id, amount, currency, reference, captured_at"
-            " FROM captures WHERE message_id = ?",
-            (message_id,),
-        ).fetchone()
-        if row is None:
-            return None
-        return Capture(
-            message_id=row[0],
-            payment_id=UUID(row[1]),
-            amount=Decimal(row[2]),
-            currency=Currency(row[3]),
-            reference=row[4],
-            captured_at=datetime.fromisoformat(row[5]),
-        )
-
-    def add(self, capture: Capture) -> bool:
-        cursor = self._db.execute(
-            "INSERT OR IGNORE INTO captures VALUES (?, ?, ?, ?, ?, ?)",
-            (
-                capture.message_id,
-                str(capture.payment_id),
-                str(capture.amount),
-                capture.currency.value,
-                capture.reference,
-                capture.captured_at.isoformat(),
-            ),
-        )
-        return cursor.rowcount == 1
-
-    def close(self) -> None:
-        """Close the database."""
-        self._db.close()
-
-
 # -- the service -----------------------------------------------------------------------
 
+DEFAULT_DB = "postgresql://postgres@127.0.0.1:5432/test"
 # Captures are retried less often than the app's default (1s, 10s, 1m, 10m), and not
-# after 1 s: a gateway that failed needs time. The delays are a subset of the default's,
-# so the handler needs no retry queue of its own.
+# after 1 s: a gateway that failed needs time. The app declares the retry queues of the
+# delays its handlers use, so there is no payments.retry.1s.
 CAPTURE_RETRY = RetryPolicy(delays=(10, 60, 600))
 # Above the gateway client's own timeout, so that a slow gateway shows up as its
-# GatewayTimeout; this is the backstop for a call that hangs.
+# GatewayTimeout; this is the backstop for a call that hangs. It also bounds the
+# idempotency lease: a worker killed mid-capture frees the payment 25 s later.
 CAPTURE_TIMEOUT = 20.0
+
+
+def captures_table(prefix: str) -> str:
+    """The table of recorded captures. Amounts are ``numeric``: never a float."""
+    return prefix + "captures"
+
+
+async def create_tables(conn: psycopg.AsyncConnection[Any], prefix: str) -> None:
+    """Create the captures table if it is missing (idempotent, safe in parallel)."""
+    table = captures_table(prefix)
+    async with conn.transaction():
+        await conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (table,))
+        await conn.execute(
+            f"CREATE TABLE IF NOT EXISTS {table} (payment_id uuid PRIMARY KEY,"
+            " amount numeric(12, 2) NOT NULL, currency text NOT NULL,"
+            " reference text NOT NULL, captured_at timestamptz NOT NULL)"
+        )
 
 
 def create_app(
@@ -268,45 +211,59 @@ def create_app(
     queue: str = "payments",
     exchange: str = "rabbitq",
     url: str | None = None,
-    store: CaptureStore | None = None,
+    db: str | None = None,
+    prefix: str = "payments_",
     gateway: PaymentGateway | None = None,
     retry: RetryPolicy = CAPTURE_RETRY,
     timeout: float = CAPTURE_TIMEOUT,
 ) -> App:
-    """The payment service. Tests pass their own names, store, gateway and timings."""
+    """The payment service on the database ``db`` (default ``$PAYMENTS_DB``, else the
+    local test database). Tests pass their own names, table prefix, gateway and timings."""
+    dsn = db or os.environ.get("PAYMENTS_DB", DEFAULT_DB)
     # Quorum queues are replicated (Raft) and dead-letter at-least-once: a capture
     # request survives the loss of a broker node, and not even the broker's own
-    # dead-lettering can drop one. They cost a little throughput, which payments
-    # can afford. Their x-delivery-limit (10) dead-letters a message that keeps
-    # crashing its worker instead of looping for ever.
-    app = App(queue=queue, exchange=exchange, url=url, prefetch=16, queue_type="quorum")
-    captures: CaptureStore = store if store is not None else MemoryStore()
+    # dead-lettering can drop one. Their x-delivery-limit (10) dead-letters a message
+    # that keeps crashing its worker instead of looping for ever.
+    app = App(
+        queue=queue,
+        exchange=exchange,
+        url=url,
+        prefetch=16,
+        queue_type="quorum",
+        # One pooled connection per handler in flight: each holds one for its transaction.
+        idempotency=PostgresStore(dsn, prefix=prefix, pool_size=16),
+    )
+    Outbox(dsn, app=app, prefix=prefix)  # payment.captured, sent by `rabbitq outbox relay`
     client: PaymentGateway = gateway if gateway is not None else SandboxGateway()
+    table = captures_table(prefix)
+    tables_ready = False
 
-    @app.handler(CapturePayment, retry=retry, timeout=timeout)
+    # The key is the payment, not the message: two messages asking to capture one payment
+    # are one capture. (Without key=, it would be ctx.message_id.)
+    @app.handler(CapturePayment, retry=retry, timeout=timeout, key=lambda m: m.payment_id)
     async def capture_payment(msg: CapturePayment, ctx: Context) -> None:
-        # rabbitq's publisher always sets message_id. For another producer's message
-        # without one, rabbitq derives an id from the body ("derived-..."); the payment
-        # itself is the better key there (one capture per payment).
-        key = ctx.message_id
-        if key.startswith("derived-"):
-            key = f"payment-{msg.payment_id}"
-        if (done := captures.get(key)) is not None:
-            log.info("message %s already captured as %s: duplicate ignored", key, done.reference)
-            return
+        nonlocal tables_ready
+        # The gateway is outside our database: its own idempotency key makes a second
+        # call (after a crash between the capture and the commit below) harmless.
         reference = await client.capture(
-            msg.payment_id, msg.amount, msg.currency, idempotency_key=key
+            msg.payment_id, msg.amount, msg.currency, idempotency_key=ctx.idempotency_key
         )
-        captures.add(
-            Capture(
-                message_id=key,
-                payment_id=msg.payment_id,
-                amount=msg.amount,
-                currency=msg.currency,
-                reference=reference,
-                captured_at=_now(),
+        async with ctx.transaction() as conn:  # the row, the done mark and the outbox row
+            if not tables_ready:
+                await create_tables(conn, prefix)
+            await conn.execute(
+                f"INSERT INTO {table} VALUES (%s, %s, %s, %s, %s)",
+                (msg.payment_id, msg.amount, msg.currency.value, reference, _now()),
             )
-        )
+            await ctx.publish(
+                PaymentCaptured(
+                    payment_id=msg.payment_id,
+                    amount=msg.amount,
+                    currency=msg.currency,
+                    reference=reference,
+                )
+            )
+        tables_ready = True  # committed
         log.info(
             "captured %s %s for payment %s as %s",
             msg.amount,
