@@ -13,6 +13,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -21,8 +22,24 @@ import orjson
 from aio_pika.abc import AbstractChannel, AbstractRobustConnection
 
 from rabbitq import App, Message, RetryPolicy
-from rabbitq.publisher import build
-from rabbitq.topology import declare
+from rabbitq.codec import CONTENT_TYPE, encode
+from rabbitq.hooks import Hooks
+from rabbitq.topology import declare, retry_queue_name
+
+
+def build(message: Message, *, message_id: str | None = None) -> aio_pika.Message:
+    """An ``aio_pika.Message`` for a typed message, as a hand-written aio-pika producer
+    would build it (the baselines fill queues this way; rabbitq's own publisher hands
+    pamqp properties to aiormq instead, see rabbitq.amqp.properties)."""
+    return aio_pika.Message(
+        body=encode(message),
+        content_type=CONTENT_TYPE,
+        delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
+        type=message.type_name(),
+        message_id=message_id or uuid.uuid4().hex,
+        timestamp=datetime.now(UTC),
+    )
+
 
 DEFAULT_URL = "amqp://guest:guest@127.0.0.1:5672/"
 PREFILL_WINDOW = 1000
@@ -126,9 +143,14 @@ async def topology(url: str, app: App) -> AsyncIterator[AbstractRobustConnection
 
 
 async def delete(channel: AbstractChannel, app: App) -> None:
-    for spec in app.topology().queues:
+    """Delete ``app``'s queues and exchange: those its topology has now, and the retry
+    queues of its policy's delays, which a worker of the same app with handlers declared
+    (an app without handlers declares no retry queue)."""
+    names = [spec.name for spec in app.topology().queues]
+    names += [retry_queue_name(app.queue, ms) for ms in app.retry.delays_ms]
+    for name in dict.fromkeys(names):
         with contextlib.suppress(Exception):
-            await channel.queue_delete(spec.name)
+            await channel.queue_delete(name)
     with contextlib.suppress(Exception):
         await channel.exchange_delete(app.exchange)
     with contextlib.suppress(Exception):
@@ -185,3 +207,27 @@ def loads(body: bytes) -> Any:
 
 
 Runner = Callable[[Config], Awaitable[dict[str, float]]]
+
+
+class SettleClock(Hooks):
+    """First delivery and ``n``-th success (as its ack is sent), from the worker's own
+    hooks, with the process's CPU time at each."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.count = 0
+        self.first: float | None = None
+        self.last: float | None = None
+        self.cpu = [0.0, 0.0]
+        self.done = asyncio.Event()
+
+    def received(self, queue: str, type_name: str) -> None:
+        if self.first is None:
+            self.first, self.cpu[0] = clock(), time.process_time()
+
+    def succeeded(self, queue: str, type_name: str, duration: float) -> None:
+        # Called as the ack (or the multiple-ack that covers this delivery) is sent.
+        self.count += 1
+        if self.count == self.n:
+            self.last, self.cpu[1] = clock(), time.process_time()
+            self.done.set()

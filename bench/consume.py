@@ -13,11 +13,11 @@ from typing import Any
 from aio_pika.abc import AbstractIncomingMessage
 
 from rabbitq import App, Worker
-from rabbitq.hooks import Hooks
 
 from .common import (
     BenchJob,
     Config,
+    SettleClock,
     bench_app,
     clock,
     connection,
@@ -68,31 +68,6 @@ def figures(n: int, first: float | None, last: float | None, cpu: list[float]) -
     return {"msg/s": rate(n, first, last), "cpu us/msg": (cpu[1] - cpu[0]) / n * 1e6}
 
 
-class _Clock(Hooks):
-    """First delivery and last settlement, from the worker's own hooks."""
-
-    def __init__(self, n: int) -> None:
-        self.n = n
-        self.count = 0
-        self.first: float | None = None
-        self.last: float | None = None
-        self.cpu = [0.0, 0.0]
-        self.done = asyncio.Event()
-
-    def received(self, queue: str, type_name: str) -> None:
-        if self.first is None:
-            self.first = clock()
-            self.cpu[0] = time.process_time()
-
-    def succeeded(self, queue: str, type_name: str, duration: float) -> None:
-        # Called as the ack (or the multiple-ack that covers this delivery) is sent.
-        self.count += 1
-        if self.count == self.n:
-            self.last = clock()
-            self.cpu[1] = time.process_time()
-            self.done.set()
-
-
 async def candidate_on(cfg: Config, app: App, **worker_options: Any) -> dict[str, float]:
     """Consume ``cfg.n`` messages already in ``app.queue`` with a rabbitq Worker."""
 
@@ -100,7 +75,7 @@ async def candidate_on(cfg: Config, app: App, **worker_options: Any) -> dict[str
     async def handle(msg: BenchJob) -> None:
         pass
 
-    hooks = _Clock(cfg.n)
+    hooks = SettleClock(cfg.n)
     worker = Worker(app, url=cfg.url, hooks=hooks, **worker_options)
     task = asyncio.create_task(worker.run())
     try:

@@ -10,9 +10,7 @@ import time
 
 import aio_pika
 
-from rabbitq.publisher import build
-
-from .common import BenchStamp
+from .common import BenchStamp, build
 
 PAD = "p" * 120  # ~200 bytes with the other fields
 

@@ -17,7 +17,7 @@ import asyncio
 import sys
 from collections import Counter
 
-import rabbitq.loop
+import rabbitq.ops.loop
 
 from . import consume
 from .common import DEFAULT_URL, Config, bench_app, check_local, connection, delete, job, prefill
@@ -88,7 +88,7 @@ def main() -> None:
         asyncio.run(clean(args[0]))
     elif cmd == "consume":
         loop = "uvloop" if args[0].endswith("-uvloop") else "asyncio"
-        rabbitq.loop.run(run(args[0], args[1], int(args[2])), loop=loop)
+        rabbitq.ops.loop.run(run(args[0], args[1], int(args[2])), loop=loop)
     elif cmd == "top":
         top(args[0], int(args[1]) if len(args) > 1 else 25)
     else:

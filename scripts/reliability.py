@@ -1,8 +1,13 @@
-"""Run the chaos scenarios against a private RabbitMQ node and write docs/reliability.md.
+"""Run the chaos scenarios against a private RabbitMQ node and write the reliability table.
 
-    .venv/bin/python scripts/reliability.py            # full counts, ~5 minutes
+    .venv/bin/python scripts/reliability.py            # full counts, ~7 minutes
     .venv/bin/python scripts/reliability.py --quick    # the test suite's counts
-    .venv/bin/python scripts/reliability.py --out /tmp/r.md
+    .venv/bin/python scripts/reliability.py --out docs/reliability.md   # refresh the docs
+    .venv/bin/python scripts/reliability.py --loss-paths   # only issue 11's table, ~4 min
+
+It writes to a new file in the temporary directory unless ``--out`` says where, so that
+a run (a quick one in particular) never overwrites the committed docs/reliability.md by
+accident; the path is printed at the end.
 
 The node is started and removed by the script (``tests/broker_node.py``: the machine's
 RabbitMQ installation, its own ports and data); the shared broker is never touched.
@@ -29,10 +34,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from tests.broker_node import BrokerNode  # noqa: E402
-from tests.chaos import scenarios  # noqa: E402
+from tests.chaos import cluster_scenarios, loss_paths, scenarios  # noqa: E402
 from tests.chaos.scenarios import Result, Speed  # noqa: E402
+from tests.cluster import Cluster  # noqa: E402
 
 COMMAND = ".venv/bin/python scripts/reliability.py"
+REFRESH = f"{COMMAND} --out docs/reliability.md"
 TEMPLATE = ROOT / "scripts" / "reliability.md.in"
 
 
@@ -97,6 +104,85 @@ async def run_all(node: BrokerNode, workdir: Path, quick: bool) -> tuple[list[Re
     return results, speeds  # fmt: skip
 
 
+async def run_loss_paths(node: BrokerNode, workdir: Path) -> list[Result]:
+    """The loss paths of issue 11 (``tests/chaos/loss_paths.py``), classic and quorum."""
+    results: list[Result] = []
+
+    async def add(name: str, coro: object) -> None:
+        print(f"  {name} ...", end="", flush=True)
+        began = time.monotonic()
+        result: Result = await coro  # type: ignore[misc]
+        results.append(result)
+        print(f" {result.tally.summary()} ({time.monotonic() - began:.0f} s)", flush=True)
+
+    for qt in ("classic", "quorum"):
+        await add(
+            f"x-death naming the queue ({qt})",
+            loss_paths.foreign_x_death(node, workdir, queue_type=qt, messages=100),
+        )
+        await add(
+            f"malformed x-death ({qt})", loss_paths.malformed_x_death(node, workdir, queue_type=qt)
+        )
+        await add(f"same-id publishes ({qt})", loss_paths.same_id_publishes(node, queue_type=qt))
+        for which in ("main", "retry", "dlq"):
+            await add(
+                f"{which} queue deleted ({qt})",
+                loss_paths.deleted_queue(node, workdir, queue_type=qt, which=which, messages=100),
+            )
+        await add(f"DLQ policy ({qt})", loss_paths.dlq_policy(node, workdir, queue_type=qt))
+        await add(f"30 DLQ reads ({qt})", loss_paths.dlq_reads(node, queue_type=qt))
+    await add("memory alarm", loss_paths.memory_alarm(node, workdir))
+    await add("hung sync handlers", loss_paths.hung_sync_handlers(node))
+    return results  # fmt: skip
+
+
+LOSS_BEGIN = "<!-- loss-paths:begin -->"
+LOSS_END = "<!-- loss-paths:end -->"
+
+
+def render_loss(results: list[Result]) -> str:
+    """The loss-path table and its notes, between the markers."""
+    rows = [
+        LOSS_BEGIN,
+        "| scenario | queue | messages | fault | lost | duplicated | dead-lettered |",
+        "|---|---|---:|---|---:|---:|---|",
+    ]
+    for r in results:
+        t = r.tally
+        reasons = ", ".join(f"{k} {v}" for k, v in sorted(t.dlq_reasons.items())) or "0"
+        lost = f"{len(t.lost)}" + (f" ({len(t.pending)} stuck)" if t.pending else "")
+        rows.append(f"| {r.scenario} | {r.queue_type} | {r.messages} | {r.faults} | {lost} "
+                    f"| {t.duplicated} | {reasons} |")  # fmt: skip
+    rows += ["", "Notes from this run:", ""]
+    rows += [f"- *{r.scenario}* ({r.queue_type}): {note}" for r in results for note in r.notes]
+    rows.append(LOSS_END)
+    return "\n".join(rows)
+
+
+def splice_loss(text: str, table: str) -> str:
+    """``text`` with its loss-path table replaced by ``table``."""
+    head, _, rest = text.partition(LOSS_BEGIN)
+    _, _, tail = rest.partition(LOSS_END)
+    return head + table + tail
+
+
+async def run_cluster(cluster: Cluster, workdir: Path, quick: bool) -> list[Result]:
+    """The 3-node cluster scenario: kill -9 of the worker's node, then of the leader."""
+    results = []
+    targets: tuple[cluster_scenarios.Target, ...] = ("worker's node", "queue leader")
+    for target in targets:
+        print(f"  cluster: kill -9 of the {target} ...", end="", flush=True)
+        result = await cluster_scenarios.kill_node(
+            cluster,
+            workdir,
+            target=target,
+            messages=2000 if quick else 3000,
+        )
+        print(f" {result.tally.summary()} ({result.seconds:.0f} s)", flush=True)
+        results.append(result)
+    return results
+
+
 def _seconds(value: float | None) -> str:
     if value is None or math.isnan(value):
         return "-"
@@ -117,6 +203,8 @@ def render(results: list[Result], speeds: list[Speed], *, quick: bool, took: flo
         t = r.tally
         reasons = ", ".join(f"{k} {v}" for k, v in sorted(t.dlq_reasons.items())) or "0"
         lost = f"{len(t.lost)}" + (f" ({len(t.pending)} stuck in the queue)" if t.pending else "")
+        if stranded := _stranded(r):
+            lost = f"{len(t.lost) - stranded} ({stranded} stuck in the broker, see below)"
         table.append(
             f"| {r.scenario} | {r.queue_type} | {r.messages} | {r.faults} | {lost} "
             f"| {t.duplicated} | {reasons} | {_seconds(r.worst_recovery)} |"
@@ -132,10 +220,27 @@ def render(results: list[Result], speeds: list[Speed], *, quick: bool, took: flo
             pub = statistics.median(s.publish for s in mine)
             con = statistics.median(s.consume for s in mine)
             speed.append(f"| {qt} | {mine[0].messages} | {len(mine)} | {pub:.0f} | {con:.0f} |")
+    cluster = [
+        "| node killed | messages | waiting at the kill | lost | stuck in the broker "
+        "| duplicated | dead-lettered | consuming resumed after |",
+        "|---|---:|---:|---:|---:|---:|---|---:|",
+    ]
+    for r in results:
+        if r.scenario.startswith("3-node cluster"):
+            t = r.tally
+            waiting = next((n.rsplit(" ", 1)[1] for n in r.notes if "waiting" in n), "?")
+            reasons = ", ".join(f"{k} {v}" for k, v in sorted(t.dlq_reasons.items())) or "0"
+            stranded = _stranded(r)
+            cluster.append(
+                f"| {r.faults} | {r.messages} | {waiting} | {len(t.lost) - stranded} "
+                f"| {stranded} | {t.duplicated} | {reasons} | {_seconds(r.worst_recovery)} |"
+            )
     values = {
-        "command": f"{COMMAND}{' --quick' if quick else ''}",
+        "cluster": "\n".join(cluster),
+        "command": f"{REFRESH}{' --quick' if quick else ''}",
         "environment": (
-            f"Generated {datetime.now(UTC):%Y-%m-%d} on RabbitMQ {rabbit or '?'} (one node), "
+            f"Generated {datetime.now(UTC):%Y-%m-%d} on RabbitMQ {rabbit or '?'} (one node; the "
+            f"cluster rows: three nodes on loopback), "
             f"Python {platform.python_version()}, {os.cpu_count()} CPUs shared with other "
             f"work; the run took {took / 60:.1f} min."
         ),
@@ -149,24 +254,70 @@ def render(results: list[Result], speeds: list[Speed], *, quick: bool, took: flo
     return text
 
 
-def main() -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The options; ``--out`` defaults to a new file in the temporary directory."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="the test suite's small counts")
-    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "reliability.md")
-    args = parser.parse_args()
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="where to write the table (default: a new file in the temporary directory; "
+        f"{REFRESH} refreshes the committed one)",
+    )
+    parser.add_argument(
+        "--loss-paths", action="store_true", help="only the loss paths of issue 11 (~4 min)"
+    )
+    args = parser.parse_args(argv)
+    if args.out is None:
+        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+        args.out = Path(tempfile.gettempdir()) / f"rabbitq-reliability-{stamp}.md"
+    return args
+
+
+def main() -> None:
+    args = parse_args()
+    if args.loss_paths:
+        logging.basicConfig(level=logging.CRITICAL)
+        # The loss-path table is spliced into the committed page (or into --out if it
+        # exists already), and written to --out.
+        base = args.out if args.out.exists() else ROOT / "docs" / "reliability.md"
+        with tempfile.TemporaryDirectory(prefix="rabbitq-reliability-") as tmp:
+            with BrokerNode.started("rabbitq-reliability") as node:
+                loss = asyncio.run(run_loss_paths(node, Path(tmp)))
+        args.out.write_text(splice_loss(base.read_text(), render_loss(loss)))
+        lost = sum(len(r.tally.lost) for r in loss)
+        print(f"wrote the loss-path table to {args.out}: {len(loss)} scenarios, lost {lost}")
+        sys.exit(1 if lost else 0)
     logging.basicConfig(level=logging.CRITICAL)  # the faults make the clients log a lot
     began = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="rabbitq-reliability-") as tmp:
         print("starting a private RabbitMQ node ...", flush=True)
         with BrokerNode.started("rabbitq-reliability") as node:
             results, speeds = asyncio.run(run_all(node, Path(tmp), args.quick))
+            loss = asyncio.run(run_loss_paths(node, Path(tmp)))
+        print("forming a 3-node cluster of private nodes ...", flush=True)
+        with Cluster.started("rabbitq-reliability-cluster") as cluster:
+            results += asyncio.run(run_cluster(cluster, Path(tmp), args.quick))
     text = render(results, speeds, quick=args.quick, took=time.monotonic() - began)
+    text = splice_loss(text, render_loss(loss))
+    results += loss
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(text)
-    lost = sum(len(r.tally.lost) for r in results)
+    lost = sum(len(r.tally.lost) - _stranded(r) for r in results)
     print(f"wrote {args.out}: {len(results)} scenarios, lost {lost}")
     if lost:
         sys.exit(1)
+
+
+def _stranded(r: Result) -> int:
+    """Of a cluster row's missing messages, those stuck in a retry queue's dead-letter
+    buffer: the broker's (docs/reliability.md), not lost by rabbitq, shown in their own
+    column. The count of stuck messages is a snapshot at the end, so it can include a
+    duplicate's copy in transit; only as many as are missing are the broker's."""
+    if not r.scenario.startswith("3-node cluster"):
+        return 0
+    return min(len(r.tally.lost), cluster_scenarios.stuck_of(r))
 
 
 if __name__ == "__main__":
