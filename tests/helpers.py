@@ -13,6 +13,7 @@ from aio_pika.abc import AbstractIncomingMessage, AbstractRobustConnection
 
 from rabbitq import App, Worker
 from rabbitq.hooks import Hooks
+from rabbitq.topology import retry_queue_name
 
 REDIS_URL = os.environ.get("RABBITQ_TEST_REDIS", "redis://127.0.0.1:6379/0")
 """The real Redis of the tests (the effects tests and bench/ read the same variable)."""
@@ -33,11 +34,18 @@ async def redis_key_prefix() -> AsyncIterator[str]:
 
 
 async def delete_app_objects(conn: AbstractRobustConnection, app: App) -> None:
-    """Delete every queue of ``app`` and its exchange (unless it is the shared default)."""
+    """Delete every queue of ``app`` and its exchange (unless it is the shared default).
+
+    Besides the queues its handlers use, the retry queues of the app's own policy: a
+    test may have declared them another way (an older topology, a CLI in another
+    process), and the shared broker should not keep them.
+    """
     channel = await conn.channel()
-    for spec in app.topology().queues:
+    names = [spec.name for spec in app.topology().queues]
+    names += [retry_queue_name(app.queue, ms) for ms in app.retry.delays_ms]
+    for name in dict.fromkeys(names):
         with contextlib.suppress(Exception):
-            await channel.queue_delete(spec.name)
+            await channel.queue_delete(name)
     if app.exchange != "rabbitq":
         with contextlib.suppress(Exception):
             await channel.exchange_delete(app.exchange)
