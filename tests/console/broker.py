@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import contextlib
 from collections.abc import Coroutine, Iterable
 from datetime import UTC, datetime
 from typing import Any
@@ -16,6 +15,8 @@ import orjson
 from rabbitq import App
 from rabbitq import headers as h
 from rabbitq.topology import declare
+
+from ..helpers import delete_app_objects
 
 
 def dead(
@@ -86,14 +87,9 @@ async def _take(url: str, name: str) -> list[aio_pika.abc.AbstractIncomingMessag
 
 
 async def _delete(url: str, app: App) -> None:
-    conn = await aio_pika.connect(url)
+    conn = await aio_pika.connect_robust(url)
     async with conn:
-        channel = await conn.channel()
-        for spec in app.topology().queues:
-            with contextlib.suppress(Exception):
-                await channel.queue_delete(spec.name)
-        with contextlib.suppress(Exception):
-            await channel.exchange_delete(app.exchange)
+        await delete_app_objects(conn, app)
 
 
 def run_async(coro: Coroutine[Any, Any, Any]) -> Any:
