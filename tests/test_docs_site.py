@@ -1,0 +1,119 @@
+"""The documentation site: ``mkdocs build --strict`` passes (a broken link, a broken anchor,
+a page missing from the nav or an API reference that cannot be generated is an error),
+the API reference covers every public name, and the README's links into docs/ land."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import rabbitq
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs"
+
+
+def mkdocs_build(config: Path, site: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}  # Material's banner about its successor
+    return subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "-f", str(config), "-d", str(site)],
+        cwd=config.parent,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("site")
+    done = mkdocs_build(ROOT / "mkdocs.yml", out)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return out
+
+
+def page(site: Path, doc: str) -> str:
+    """The built HTML of ``docs/<doc>`` (``contract.md`` -> ``contract/index.html``)."""
+    stem = doc.removesuffix(".md")
+    path = site / ("index.html" if stem == "index" else f"{stem}/index.html")
+    return path.read_text()
+
+
+def test_the_site_builds_with_warnings_as_errors(site):
+    assert (site / "index.html").is_file()
+    # The API reference is generated from the docstrings, not written by hand.
+    app = page(site, "reference/app.md")
+    assert "A service that consumes one queue" in app  # App's docstring
+    assert "prefetch" in app and "idempotency" in app  # its signature
+    assert "exactly the code the worker runs" in page(site, "reference/testing.md")
+
+
+def test_a_broken_link_or_anchor_fails_the_build(tmp_path):
+    copy = tmp_path / "project"
+    shutil.copytree(DOCS, copy / "docs")
+    shutil.copy(ROOT / "mkdocs.yml", copy)
+    shutil.copy(ROOT / "CHANGELOG.md", copy)
+    (copy / "rabbitq").symlink_to(ROOT / "rabbitq")
+    index = copy / "docs" / "index.md"
+    index.write_text(
+        index.read_text() + "\n[gone](no-such-page.md) and [moved](dlq.md#no-such-heading)\n"
+    )
+    done = mkdocs_build(copy / "mkdocs.yml", tmp_path / "site")
+    assert done.returncode != 0
+    assert "no-such-page.md" in done.stderr and "no-such-heading" in done.stderr
+
+
+def reference_targets() -> set[str]:
+    """Every ``::: dotted.name`` the API reference renders."""
+    return {
+        match
+        for path in (DOCS / "reference").glob("*.md")
+        for match in re.findall(r"^::: (\S+)", path.read_text(), flags=re.M)
+    }
+
+
+def test_the_api_reference_renders_every_name_rabbitq_exports():
+    documented = {name.removeprefix("rabbitq.") for name in reference_targets()}
+    public = set(rabbitq.__all__) - {"__version__"}
+    assert public <= documented, f"add to docs/reference/: {sorted(public - documented)}"
+
+
+def test_the_api_reference_covers_the_modules_users_import():
+    targets = reference_targets()
+    for module in ("rabbitq.testing", "rabbitq.effects", "rabbitq.dlq"):
+        assert any(t == module or t.startswith(f"{module}.") for t in targets), module
+
+
+def readme_links() -> list[str]:
+    text = (ROOT / "README.md").read_text()
+    return [
+        link
+        for link in re.findall(r"\]\(([^)\s]+)\)", text)
+        if not re.match(r"[a-z]+://|mailto:|#", link)
+    ]
+
+
+def test_every_link_in_the_readme_lands_on_a_file_and_anchor_that_exist(site):
+    links = readme_links()
+    assert any(link.startswith("docs/") for link in links)
+    for link in links:
+        path, _, anchor = link.partition("#")
+        assert (ROOT / path).exists(), link
+        if anchor:
+            assert path.startswith("docs/") and path.endswith(".md"), link
+            html = page(site, path.removeprefix("docs/"))
+            assert f'id="{anchor}"' in html, f"{link}: no such heading in the built page"
+
+
+def test_the_readme_links_to_the_contract_and_the_docs_never_to_a_file_outside_the_repo():
+    text = (ROOT / "README.md").read_text()
+    assert "docs/contract.md" in text and "docs/cli.md" in text
+    for path in [ROOT / "README.md", *DOCS.rglob("*.md")]:
+        assert "DESIGN.md" not in path.read_text(), path
