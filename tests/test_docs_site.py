@@ -11,9 +11,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import click
 import pytest
 
 import rabbitq
+from rabbitq.cli import main as cli
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
@@ -117,3 +119,43 @@ def test_the_readme_links_to_the_contract_and_the_docs_never_to_a_file_outside_t
     assert "docs/contract.md" in text and "docs/cli.md" in text
     for path in [ROOT / "README.md", *DOCS.rglob("*.md")]:
         assert "DESIGN.md" not in path.read_text(), path
+
+
+# -- docs/cli.md lists every command and option --------------------------------------------
+
+# Options docs/cli.md describes once for every command, not on each command's line.
+SHARED = {"--help", "--url", "--tls-ca", "--tls-cert", "--tls-key", "--type", "--reason",
+          "--message-id", "--since", "--until", "--grep"}  # fmt: skip
+
+
+def commands(group: click.Group = cli, prefix: tuple[str, ...] = ()):
+    for name, command in sorted(group.commands.items()):
+        if isinstance(command, click.Group):
+            yield from commands(command, (*prefix, name))
+        else:
+            yield (*prefix, name), command
+
+
+def usage_lines(name: str) -> str:
+    """The lines of docs/cli.md's code blocks for ``rabbitq <name>``, continuations
+    included."""
+    blocks = re.findall(r"```\n(.*?)```", (DOCS / "cli.md").read_text(), flags=re.S)
+    lines, mine = [], False
+    for line in "\n".join(blocks).splitlines():
+        if line.startswith("rabbitq "):
+            mine = line.startswith(name + " ")
+        if mine:
+            lines.append(line)
+    return "\n".join(lines)
+
+
+@pytest.mark.parametrize(("path", "command"), list(commands()), ids=lambda v: " ".join(v)
+                         if isinstance(v, tuple) else "")  # fmt: skip
+def test_the_cli_page_shows_every_command_with_every_option(path, command):
+    name = "rabbitq " + " ".join(path)
+    lines = usage_lines(name)
+    assert lines, f"{name} has no usage line in docs/cli.md"
+    for param in command.params:
+        for opt in param.opts:
+            if opt.startswith("--") and opt not in SHARED:
+                assert opt in lines, f"{name}: {opt} missing from docs/cli.md"
