@@ -55,6 +55,9 @@ def test_the_site_builds_with_warnings_as_errors(site):
     assert "A service that consumes one queue" in app  # App's docstring
     assert "prefetch" in app and "idempotency" in app  # its signature
     assert "exactly the code the worker runs" in page(site, "reference/testing.md")
+    # Sphinx roles in docstrings read as code, not as ":class:`~rabbitq.Breaker`".
+    for html in (site / "reference").rglob("*.html"):
+        assert not re.search(r":(class|func|meth|mod|attr|data|exc):<code>", html.read_text())
 
 
 def test_a_broken_link_or_anchor_fails_the_build(tmp_path):
@@ -63,6 +66,7 @@ def test_a_broken_link_or_anchor_fails_the_build(tmp_path):
     shutil.copy(ROOT / "mkdocs.yml", copy)
     shutil.copy(ROOT / "CHANGELOG.md", copy)
     (copy / "rabbitq").symlink_to(ROOT / "rabbitq")
+    (copy / "scripts").symlink_to(ROOT / "scripts")
     index = copy / "docs" / "index.md"
     index.write_text(
         index.read_text() + "\n[gone](no-such-page.md) and [moved](dlq.md#no-such-heading)\n"
