@@ -1,4 +1,4 @@
-"""Queue names and arguments are pure data: checked here exactly as DESIGN.md lists them."""
+"""Queue names and arguments are pure data: checked here exactly as docs/contract.md lists them."""
 
 from __future__ import annotations
 

@@ -1,8 +1,9 @@
-"""The topology contract (DESIGN, "Topology"), read back from the broker with rabbitmqctl.
+"""The topology contract (docs/contract.md, "Topology and naming"), read back from the
+broker with rabbitmqctl.
 
 The CLI runs as a real subprocess (``python -m rabbitq topology service:app``) on an app
 module written to a temporary directory, so its message types never meet this process's
-type registry. Expected arguments are written out by hand from DESIGN, not computed
+type registry. Expected arguments are written out by hand from the contract, not computed
 with rabbitq's own ``plan()``.
 """
 
@@ -86,7 +87,7 @@ class Report(Message, type="test.topology.report"):
 
 
 def expected_queues(queue: str, queue_type: str) -> dict[str, dict[str, Any]]:
-    """DESIGN's table, written out: queue name -> exact arguments."""
+    """The contract's table, written out: queue name -> exact arguments."""
     quorum = {
         "x-queue-type": "quorum",
         "x-delivery-limit": 7,

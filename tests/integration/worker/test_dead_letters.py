@@ -1,5 +1,5 @@
 """What lands in ``<queue>.dlq``, with which reason and headers, and that bad input never
-stops the worker (DESIGN, guarantee 4, "Wire format")."""
+stops the worker (docs/contract.md: guarantee 4, "Wire format")."""
 
 from __future__ import annotations
 
@@ -77,7 +77,7 @@ def assert_dead_letter(
     handler_failed: bool,
     before: datetime,
 ) -> None:
-    """Every DLQ header of DESIGN, and the body and standard properties unchanged."""
+    """Every DLQ header of the contract, and the body and standard properties unchanged."""
     headers = dead.headers
     assert headers["rabbitq-reason"] == reason
     assert headers["rabbitq-attempt"] == attempt
@@ -374,7 +374,7 @@ async def test_a_message_without_a_message_id_keeps_the_same_message_id_on_every
         )
         await wait_for(lambda: rec.count("dead_lettered") == 1, timeout=15)
 
-    # Empty or derived (DESIGN), but the same on every attempt: it is the idempotency key.
+    # Derived (docs/contract.md), but the same on every attempt: it is the idempotency key.
     assert len(seen) == 3
     assert len({c.message_id for c in seen}) == 1
     [dead] = await drain_queue(connection, f"{app.queue}.dlq")

@@ -1,4 +1,4 @@
-"""A retry reaches only the queue that failed (DESIGN, guarantee 3): other services bound
+"""A retry reaches only the queue that failed (docs/contract.md, guarantee 3): other services bound
 to the same type on the same exchange get each message exactly once, however often the
 first service retries it."""
 

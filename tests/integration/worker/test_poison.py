@@ -1,7 +1,7 @@
 """Poison input against a real broker: hypothesis writes raw messages (random bodies,
 properties and header values, and bytes no well-behaved client would send) and each
 one must end handled or in the DLQ with a reason, while the worker keeps consuming and
-its memory stays bounded (DESIGN, guarantee 4)."""
+its memory stays bounded (docs/contract.md, guarantee 4)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Retries go through the TTL tiers in order, are held by the broker for each tier's
-delay, and reach only the queue that failed (DESIGN, guarantees 2 and 3)."""
+delay, and reach only the queue that failed (docs/contract.md, guarantees 2 and 3)."""
 
 from __future__ import annotations
 
