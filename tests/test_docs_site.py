@@ -163,3 +163,57 @@ def test_the_cli_page_shows_every_command_with_every_option(path, command):
         for opt in param.opts:
             if opt.startswith("--") and opt not in SHARED:
                 assert opt in lines, f"{name}: {opt} missing from docs/cli.md"
+
+
+# -- docs/contract.md names what the code puts on the wire ---------------------------------
+
+PACKAGE = ROOT / "rabbitq"
+# String constants that start with "rabbitq-" but are not message headers.
+NOT_HEADERS = {
+    "rabbitq-effects",  # the Redis client name of the idempotency store
+    "rabbitq-dlq",  # the format name of a DLQ export file (docs/dlq.md)
+    "rabbitq-handler",  # the name prefix of sync handler threads
+    "rabbitq-demo",  # the demo's queue and exchange (docs/cli.md)
+}
+
+
+def contract() -> str:
+    return (DOCS / "contract.md").read_text()
+
+
+def test_the_contract_names_every_header_rabbitq_writes():
+    source = "\n".join(p.read_text() for p in PACKAGE.rglob("*.py"))
+    constants = set(re.findall(r'^[A-Z_]+ = "(rabbitq-[a-z-]+)"', source, flags=re.M))
+    headers = constants - NOT_HEADERS | {"traceparent", "tracestate"}
+    assert "rabbitq-attempt" in headers and "rabbitq-causation-id" in headers
+    missing = {name for name in headers if f"`{name}`" not in contract()}
+    assert not missing, f"headers missing from docs/contract.md: {sorted(missing)}"
+
+
+class ContractCheck(rabbitq.Message, type="tests.docs-site.contract-check"):
+    n: int
+
+
+@pytest.mark.parametrize("queue_type", ["quorum", "classic"])
+def test_the_contract_names_every_queue_argument_and_queue_name(queue_type):
+    app = rabbitq.App(queue="emails", queue_type=queue_type)
+    app.handler(ContractCheck)(lambda msg: None)
+    topology = app.topology()
+    text = contract()
+    assert f"`{topology.exchange}`" in text
+    for spec in (topology.main, *topology.retries, topology.dlq):
+        for argument in spec.arguments:
+            assert f"`{argument}" in text, f"{spec.name}: {argument} missing from the contract"
+    names = {topology.main.name, topology.dlq.name, "emails.retry.<label>"}
+    assert all(f"`{name}`" in text for name in names), names
+    assert [r.name for r in topology.retries] == [
+        f"emails.retry.{label}" for label in ("1s", "10s", "1m", "10m")
+    ]
+
+
+def test_the_docs_name_every_environment_variable_rabbitq_reads():
+    source = "\n".join(p.read_text() for p in PACKAGE.rglob("*.py"))
+    variables = set(re.findall(r'"(RABBITQ_[A-Z_]+)"', source))
+    assert "RABBITQ_URL" in variables
+    docs = contract() + (DOCS / "cli.md").read_text()
+    assert not {v for v in variables if v not in docs}, variables
