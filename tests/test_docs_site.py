@@ -9,6 +9,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import click
@@ -217,3 +218,30 @@ def test_the_docs_name_every_environment_variable_rabbitq_reads():
     assert "RABBITQ_URL" in variables
     docs = contract() + (DOCS / "cli.md").read_text()
     assert not {v for v in variables if v not in docs}, variables
+
+
+# -- README, LICENSE, CHANGELOG ------------------------------------------------------------
+
+
+def test_the_readmes_inside_table_is_one_unbroken_table():
+    section = (ROOT / "README.md").read_text().split("\n## Inside\n", 1)[1].split("\n## ", 1)[0]
+    table = section[section.index("\n| module | owns |") :].strip().splitlines()
+    assert all(line.startswith("|") for line in table), [
+        line for line in table if not line.startswith("|")
+    ]
+
+
+def test_the_licence_file_is_the_mit_licence_pyproject_names():
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert pyproject["project"]["license"] == "MIT"
+    text = (ROOT / "LICENSE").read_text()
+    assert text.startswith("MIT License") and "the rabbitq authors" in text
+
+
+def test_the_changelog_keeps_a_changelog_with_this_version():
+    text = (ROOT / "CHANGELOG.md").read_text()
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    assert "## [Unreleased]" in text
+    assert re.search(rf"^## \[{re.escape(version)}\] - \d{{4}}-\d{{2}}-\d{{2}}$", text, re.M)
+    sections = set(re.findall(r"^### (\w+)$", text, flags=re.M))
+    assert sections <= {"Added", "Changed", "Deprecated", "Removed", "Fixed", "Security"}
