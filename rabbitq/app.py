@@ -74,8 +74,9 @@ class Context:
 
     async def publish(self, message: Message, *, headers: Mapping[str, Any] | None = None) -> str:
         """Publish a follow-up: sent with confirms only if the handler succeeds, before
-        the delivery is acked; return its ``message_id``. Inside :meth:`transaction`
-        with an :class:`~rabbitq.effects.Outbox`, it is an outbox row of that transaction.
+        the delivery is acked; return its ``message_id``. While :meth:`transaction` is
+        open (until the handler returns) with an :class:`~rabbitq.effects.Outbox`, it is
+        an outbox row of that transaction; without one it is confirmed before the commit.
         """
         if self.effects is None:
             raise ConfigurationError("ctx.publish() works in a handler run by rabbitq")
@@ -83,7 +84,9 @@ class Context:
 
     def transaction(self) -> AbstractAsyncContextManager[Any]:
         """The idempotency store's connection in a transaction that also marks this
-        delivery's key done (a :class:`~rabbitq.effects.PostgresStore` only)."""
+        delivery's key done (a :class:`~rabbitq.effects.PostgresStore` only). It commits
+        when the handler returns, not at the end of the block: a step after the block
+        that fails rolls it back, and the retry runs the whole handler."""
         if self.effects is None:
             raise ConfigurationError("ctx.transaction() works in a handler run by rabbitq")
         return self.effects.transaction()

@@ -32,6 +32,7 @@ REQUIRED_ALERTS = {
     "worker down": "RabbitqWorkerDown",
     "connection flapping": "RabbitqConnectionFlapping",
     "outbox stuck": "RabbitqOutboxStuck",
+    "outbox rows refused by the broker (issue 20)": "RabbitqOutboxRowsFailing",
     # the safety signals: each one is a worker that cannot do its work as things stand
     "broker blocking publishers for over a minute": "RabbitqBrokerBlocked",
     "copies held (consuming paused) for over 5 minutes": "RabbitqCopiesHeld",
@@ -126,6 +127,7 @@ def test_the_alert_unit_tests_cover_both_dlq_alerts():
     }
     assert {"RabbitqDeadLetters", "RabbitqDeadLetterQueueNotEmpty"} <= fired
     assert "RabbitqOutboxStuck" in fired
+    assert "RabbitqOutboxRowsFailing" in fired
 
 
 SAFETY_ALERTS = (

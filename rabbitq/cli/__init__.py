@@ -13,7 +13,7 @@ from ..console.cli import console
 from ..ops import logs
 
 # Modules, not their commands: ``rabbitq.cli.dlq`` stays the module (tests patch it).
-from . import demo, dlq, doctor, effects, publish, queues, worker
+from . import demo, dlq, doctor, effects, outbox_rows, publish, queues, worker
 from .common import Command
 
 
@@ -38,5 +38,8 @@ main.add_command(demo.demo)
 main.add_command(dlq.dlq)
 main.add_command(effects.effects)
 main.add_command(effects.outbox)
+effects.outbox.add_command(outbox_rows.list_rows)
+effects.outbox.add_command(outbox_rows.retry_rows)
+effects.outbox.add_command(outbox_rows.discard_rows)
 main.add_command(doctor.doctor)
 main.add_command(console)

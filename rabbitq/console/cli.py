@@ -7,6 +7,7 @@ import logging
 import os
 import socket
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -107,11 +108,14 @@ def console(
             if path:
                 os.environ[name] = path
     targets = []
+    outboxes: list[tuple[str, Any]] = []
     broker = url
     for spec in specs:
         if ":" in spec:
             app = load_app(spec)
             targets.append(from_app(spec, app))
+            if app.outbox is not None:
+                outboxes.append((spec, app.outbox))
             broker = broker or app.url
         else:
             targets.append(from_queue(spec))
@@ -124,6 +128,7 @@ def console(
         guard=guard,
         export_dir=export_dir,
         metrics_urls=metrics_urls,
+        outboxes=outboxes,
     )
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     sock = listen(bind, port)

@@ -11,7 +11,9 @@ from starlette.middleware import Middleware
 from starlette.middleware.base import BaseHTTPMiddleware
 from starlette.requests import Request
 from starlette.responses import Response
+from starlette.routing import Route
 
+from .outbox_page import outbox_page
 from .routes import http_error, routes
 from .state import Config, State
 
@@ -55,7 +57,7 @@ def create_app(config: Config, *, sample: bool = True) -> Starlette:
             await state.stop()
 
     app = Starlette(
-        routes=routes,
+        routes=[*routes, Route("/outbox", outbox_page)],
         middleware=[Middleware(_Headers)],
         exception_handlers={HTTPException: http_error},
         lifespan=lifespan,

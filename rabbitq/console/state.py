@@ -16,6 +16,7 @@ import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from aio_pika.abc import AbstractRobustConnection
 from prometheus_client.parser import text_string_to_metric_families
@@ -45,6 +46,7 @@ class Config:
     guard: Guard
     export_dir: Path
     metrics_urls: Sequence[str] = ()
+    outboxes: Sequence[tuple[str, Any]] = ()  # (MODULE:APP, its Outbox): the /outbox page
     sample_interval: float = DEFAULT_SAMPLE_INTERVAL
     max_read: int = DEFAULT_MAX_READ
 

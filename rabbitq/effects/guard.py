@@ -10,8 +10,12 @@ call. The order is the guarantee:
 3. on success send the buffered follow-ups (with confirms), then mark the key done;
 4. on any failure (the handler's, the send's) release the key and re-raise.
 
-A follow-up published inside ``ctx.transaction()`` with an outbox becomes an outbox row in
-that transaction instead.
+In transactional mode (``ctx.transaction()``) step 3 is :meth:`Effects.finish`: the
+follow-ups become outbox rows of the handler's transaction (with an outbox) or are sent
+and confirmed (without one), and only then does the transaction commit, with the done
+mark. The transaction stays open after its ``async with`` block until the handler
+returns, so no step of the handler can fail after the commit: a failure anywhere rolls
+everything back, and the retry runs the whole handler.
 """
 
 from __future__ import annotations
@@ -42,7 +46,14 @@ Send = Callable[[Sequence[FollowUp]], Awaitable[None]]
 
 
 class Effects:
-    """A delivery's effects: the store's transaction and the follow-ups (behind ``ctx``)."""
+    """A delivery's effects: the store's transaction and the follow-ups (behind ``ctx``).
+
+    ``ctx.transaction()`` opens the store's transaction; it **commits when the handler
+    returns**, not at the end of the ``async with`` block, so code after the block is part
+    of it: a step there that fails rolls the block's writes back and the retry runs the
+    whole handler again (nothing committed is done twice, nothing after it is skipped).
+    The block's own failure rolls back at once. See :meth:`finish`.
+    """
 
     def __init__(
         self,
@@ -62,24 +73,33 @@ class Effects:
         self.follow_ups: list[FollowUp] = []
         self._position = 0
         self._conn: Any = None  # the open transaction's connection, if any
+        self._tx: contextlib.AsyncExitStack | None = None  # closing it commits
+        self._opened = False
 
     @contextlib.asynccontextmanager
     async def transaction(self) -> AsyncIterator[Any]:
-        """The store's connection in a transaction that also marks the key done."""
+        """The store's connection in a transaction that also marks the key done; it
+        commits when the handler returns (after the follow-ups are confirmed)."""
         store = self.store
         if store is None or not getattr(store, "transactional", False):
             raise ConfigurationError(
                 "ctx.transaction() needs a PostgresStore as the handler's idempotency store"
             )
-        if self.claim is None or self._conn is not None:
+        if self.claim is None or self._opened:
             raise ConfigurationError("ctx.transaction() can be opened once per delivery")
-        async with store.transaction(self.claim) as conn:  # type: ignore[attr-defined]
-            self._conn = conn
-            try:
-                yield conn
-                await self._flush_to_outbox(conn)
-            finally:
-                self._conn = None
+        self._opened = True
+        tx = contextlib.AsyncExitStack()
+        conn = await tx.enter_async_context(store.transaction(self.claim))  # type: ignore[attr-defined]
+        self._tx, self._conn = tx, conn
+        buffered = len(self.follow_ups)
+        try:
+            yield conn
+        except BaseException as exc:
+            # The block failed: its writes (and its outbox rows) roll back now, and the
+            # follow-ups it buffered go with them.
+            del self.follow_ups[buffered:]
+            await self.abort(exc)
+            raise
 
     async def publish(self, message: Message, *, headers: Mapping[str, Any] | None = None) -> str:
         """Publish ``message`` if the handler succeeds; return its ``message_id``."""
@@ -94,15 +114,47 @@ class Effects:
             position=self._position,
             headers=headers,
         )
-        self.follow_ups.append(follow_up)
         if self._conn is not None and self.outbox is not None:
-            await self._flush_to_outbox(self._conn)
+            await self._write_to_outbox(self._conn, [follow_up])
+        else:
+            self.follow_ups.append(follow_up)
         return follow_up.message_id
 
-    async def _flush_to_outbox(self, conn: Any) -> None:
-        if self.outbox is None:
+    async def finish(self, send: Send) -> None:
+        """The handler returned: deliver its follow-ups, then commit its transaction.
+
+        With an open transaction and an outbox, the follow-ups become outbox rows of that
+        transaction; without an outbox they are sent and confirmed *before* the commit, so
+        a send that fails rolls everything back and the retry runs the handler again (the
+        follow-ups keep their message ids: a worker killed between the confirms and the
+        commit makes duplicates a consumer recognises, never a loss)."""
+        if self._conn is not None and self.outbox is not None:
+            await self._write_to_outbox(self._conn, self.follow_ups)
+            self.follow_ups.clear()  # in the outbox now: the relay sends them
+        elif self.follow_ups:
+            await send(self.follow_ups)
+        tx, self._tx, self._conn = self._tx, None, None
+        if tx is not None:
+            await tx.aclose()  # commit, with the done mark
+
+    async def abort(self, exc: BaseException) -> None:
+        """Roll the open transaction back (no-op without one)."""
+        tx, self._tx, self._conn = self._tx, None, None
+        if tx is None:
             return
-        for f in self.follow_ups:
+        try:
+            await tx.__aexit__(type(exc), exc, exc.__traceback__)
+        except Exception as error:  # the original failure is what the caller re-raises
+            if error is not exc:
+                log.warning(
+                    "key %r: rolling back failed (%s); the database discards an "
+                    "unfinished transaction with its connection",
+                    self.key,
+                    error,
+                )
+
+    async def _write_to_outbox(self, conn: Any, follow_ups: Sequence[FollowUp]) -> None:
+        for f in follow_ups:
             await self.outbox.publish(
                 conn,
                 f.message,
@@ -110,7 +162,6 @@ class Effects:
                 correlation_id=f.correlation_id,
                 headers=f.headers,
             )
-        self.follow_ups.clear()  # in the outbox now: the relay sends them
 
 
 async def _claim(store: IdempotencyStore, key: str, lease: float) -> Claim:
@@ -136,8 +187,7 @@ async def run_once(
     store = effects.store
     if store is None:
         await call()
-        if effects.follow_ups:
-            await send(effects.follow_ups)
+        await effects.finish(send)
         return RAN
     claim = effects.claim = await _claim(store, effects.key, lease)
     if claim.status is DONE:
@@ -146,15 +196,15 @@ async def run_once(
         return BUSY_ELSEWHERE
     try:
         await call()
-        if effects.follow_ups:
-            await send(effects.follow_ups)
-        if not await store.done(claim):
+        await effects.finish(send)  # follow-ups, then the transaction's commit
+        if not await store.done(claim):  # a no-op once the transaction marked it
             log.warning(
                 "key %r: the lease expired while the handler ran and another worker took "
                 "it over; both may have run (raise the handler's timeout)",
                 effects.key,
             )
-    except BaseException:
+    except BaseException as exc:
+        await effects.abort(exc)
         await _release(store, claim)
         raise
     return RAN

@@ -3,7 +3,9 @@
 ``rabbitq_outbox_pending`` rows not yet sent, ``rabbitq_outbox_oldest_pending_seconds``
 the age of the oldest (the stuck-outbox alert watches it), ``rabbitq_outbox_relayed_total``
 rows confirmed and marked sent, ``rabbitq_outbox_relay_errors_total{kind}`` failures
-(``database``, ``broker``, ``publish``). Labels: ``table`` (bounded: one per outbox).
+(``database``, ``broker``, ``publish``), ``rabbitq_outbox_failing_rows`` pending rows that
+failed at least once (refused by the broker: each waits in its backoff; the
+``RabbitqOutboxRowsFailing`` alert watches it). Labels: ``table`` (bounded: one per outbox).
 """
 
 from __future__ import annotations
@@ -36,6 +38,13 @@ class OutboxMetrics(RelayObserver):
             registry=r,
             multiprocess_mode="max",
         )
+        self.failing_rows = Gauge(
+            "rabbitq_outbox_failing_rows",
+            "Outbox rows not yet sent that failed at least once (unroutable, refused).",
+            ["table"],
+            registry=r,
+            multiprocess_mode="max",
+        )
         self.relayed_rows = Counter(
             "rabbitq_outbox_relayed_total",
             "Outbox rows published with a confirm and marked sent.",
@@ -52,6 +61,7 @@ class OutboxMetrics(RelayObserver):
             self.errors.labels(table, kind)
         self.pending_rows.labels(table).set(0)
         self.oldest.labels(table).set(0)
+        self.failing_rows.labels(table).set(0)
         self.relayed_rows.labels(table)
 
     def relayed(self, count: int) -> None:
@@ -63,3 +73,6 @@ class OutboxMetrics(RelayObserver):
     def pending(self, rows: int, oldest_age: float) -> None:
         self.pending_rows.labels(self.table).set(rows)
         self.oldest.labels(self.table).set(oldest_age)
+
+    def failing(self, rows: int) -> None:
+        self.failing_rows.labels(self.table).set(rows)

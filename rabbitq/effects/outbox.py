@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from psycopg.types.json import Jsonb
@@ -26,6 +27,16 @@ from .schema import DEFAULT_PREFIX, OutboxSql, check_prefix
 DEFAULT_BATCH = 200
 DEFAULT_POLL_INTERVAL = 0.2
 DEFAULT_KEEP_SENT = 24 * 3600.0  # seconds sent rows are kept before they are purged
+
+
+@dataclass(frozen=True, slots=True)
+class OutboxCounts:
+    """What the relay reports: rows not yet sent, the age in seconds of the oldest, and
+    how many of them failed at least once (unroutable, refused: each in its backoff)."""
+
+    pending: int
+    oldest_age: float
+    failing: int
 
 
 class OutboxApp(Protocol):
@@ -122,11 +133,16 @@ class Outbox:
 
     async def stats(self) -> tuple[int, float]:
         """(pending rows, age in seconds of the oldest pending row)."""
+        counts = await self.counts()
+        return counts.pending, counts.oldest_age
+
+    async def counts(self) -> OutboxCounts:
+        """The pending rows, the oldest one's age, and how many of them failed."""
         async with self.db.connection() as conn:
             cur = await conn.execute(self.sql.stats())
             row = await cur.fetchone()
         assert row is not None
-        return int(row[0]), float(row[1])
+        return OutboxCounts(int(row[0]), float(row[1]), int(row[2]))
 
     async def drop(self) -> None:
         """Drop the table (for tests and uninstalling)."""

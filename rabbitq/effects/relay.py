@@ -6,7 +6,9 @@ as a standby and takes over when the first dies (its session, and so its lock, e
 
 A batch is published with pipelined confirms. Rows with the same ``order_key`` form a
 chain published one after another, and a chain stops at its first failure, so that a
-later row never overtakes an earlier one with the same key. Rows are marked sent only
+later row never overtakes an earlier one with the same key. A row the broker refuses
+waits its own backoff (:mod:`rabbitq.effects.backoff`) and is left out of the batches
+meanwhile, with the later rows of its key: it never holds back the others. Rows are marked sent only
 after their confirm: a relay killed in between publishes them again on restart, so the
 duplicates are bounded by one batch and carry the same ``message_id``.
 """
@@ -24,10 +26,11 @@ from aio_pika.abc import AbstractChannel, AbstractRobustConnection
 from pamqp.commands import Basic
 
 from ..amqp import properties as props
-from ..amqp.confirm import send_confirmed
+from ..amqp.confirm import error_kind, send_confirmed
 from ..amqp.connection import connect
 from ..errors import PublishError
 from ..settings import TLS
+from .backoff import Failure, FailureLog, backoff
 from .database import LINK_ERRORS
 from .outbox import Outbox
 from .schema import lock_id
@@ -52,6 +55,7 @@ class Row:
     headers: dict[str, Any] | None
     correlation_id: str | None
     order_key: str | None
+    attempts: int = 0  # failed publishes so far
 
 
 def chains(rows: Sequence[Row]) -> list[list[Row]]:
@@ -93,6 +97,9 @@ class RelayObserver:
     def pending(self, rows: int, oldest_age: float) -> None:
         """The outbox holds ``rows`` pending rows, the oldest ``oldest_age`` seconds old."""
 
+    def failing(self, rows: int) -> None:
+        """``rows`` pending rows failed at least once (each waits in its backoff)."""
+
 
 class Relay:
     """Relays ``outbox`` until :meth:`stop`. ``url`` overrides the app's broker URL."""
@@ -116,6 +123,8 @@ class Relay:
         self._amqp: AbstractRobustConnection | None = None
         self._channel: AbstractChannel | None = None
         self.leader = asyncio.Event()
+        self._failures: list[Failure] = []  # of the batch being published
+        self._failure_log = FailureLog(outbox.sql.table)
 
     def stop(self) -> None:
         """Ask :meth:`run` to return after the current batch."""
@@ -196,6 +205,7 @@ class Relay:
             self.observer.relay_error("broker")
             await self._sleep(ERROR_BACKOFF)
             return 0
+        self._failures = []
         results = await asyncio.gather(*(self._send_chain(channel, c) for c in chains(rows)))
         sent = [row_id for ids in results for row_id in ids]
         if self._on_batch is not None:
@@ -203,7 +213,29 @@ class Relay:
         if sent:
             await self._conn.execute(self.outbox.sql.mark_sent(), {"ids": sent})
             self.observer.relayed(len(sent))
+        await self._record_failures()
         return len(sent)
+
+    async def _record_failures(self) -> None:
+        """Put each refused row in its backoff, log (bounded), and pause after a failure
+        of the link itself."""
+        assert self._conn is not None
+        failures, self._failures = self._failures, []
+        refused = [f for f in failures if f.retry_in > 0]
+        if refused:
+            await self._conn.execute(
+                self.outbox.sql.failed(),
+                {
+                    "ids": [f.row_id for f in refused],
+                    "delays": [f.retry_in for f in refused],
+                    "errors": [f.error for f in refused],
+                },
+            )
+        self._failure_log.add(failures)
+        if (line := self._failure_log.line()) is not None:
+            log.warning("%s", line)
+        if len(refused) < len(failures):
+            await self._sleep(ERROR_BACKOFF)
 
     async def _send_chain(self, channel: AbstractChannel, chain: list[Row]) -> list[int]:
         sent: list[int] = []
@@ -213,15 +245,21 @@ class Relay:
                     channel, row.exchange, row.routing_key, row.body, properties(row)
                 )
             except PublishError as exc:
-                log.warning("outbox row %d (%s) not published: %s", row.id, row.type, exc)
-                self.observer.relay_error("publish")
+                kind = error_kind(exc)
+                wait = 0.0 if kind == "interrupted" else backoff(row.attempts + 1)
+                log.debug("outbox row %d (%s) not published: %s", row.id, row.type, exc)
+                self._failures.append(Failure(row.id, row.type, kind, str(exc)[:500], wait))
+                self.observer.relay_error("broker" if kind == "interrupted" else "publish")
                 break  # later rows of this key wait for this one
             sent.append(row.id)
         return sent
 
     async def _report(self) -> None:
-        pending, age = await self.outbox.stats()
-        self.observer.pending(pending, age)
+        counts = await self.outbox.counts()
+        self.observer.pending(counts.pending, counts.oldest_age)
+        self.observer.failing(counts.failing)
+        if (line := self._failure_log.line()) is not None:  # failures summed meanwhile
+            log.warning("%s", line)
 
     async def _purge(self) -> None:
         assert self._conn is not None

@@ -106,6 +106,7 @@ class OutboxSql:
         t = sql.Identifier(self.table)
         pending = sql.Identifier(self.table + "_pending")
         sent = sql.Identifier(self.table + "_sent")
+        waiting = sql.Identifier(self.table + "_waiting")
         return [
             sql.SQL(
                 "CREATE TABLE IF NOT EXISTS {} ("
@@ -129,6 +130,18 @@ class OutboxSql:
             sql.SQL(
                 "CREATE INDEX IF NOT EXISTS {} ON {} (sent_at) WHERE sent_at IS NOT NULL"
             ).format(sent, t),
+            # A row that failed waits until next_attempt_at (its own backoff); added to
+            # tables made before these columns existed, so a deployed outbox upgrades.
+            sql.SQL(
+                "ALTER TABLE {} ADD COLUMN IF NOT EXISTS attempts int NOT NULL DEFAULT 0,"
+                " ADD COLUMN IF NOT EXISTS next_attempt_at timestamptz,"
+                " ADD COLUMN IF NOT EXISTS last_error text"
+            ).format(t),
+            # The rows in backoff, by key: what holds back the later rows of a key.
+            sql.SQL(
+                "CREATE INDEX IF NOT EXISTS {} ON {} (order_key, id)"
+                " WHERE sent_at IS NULL AND next_attempt_at IS NOT NULL"
+            ).format(waiting, t),
         ]
 
     def insert(self) -> sql.Composed:
@@ -140,11 +153,43 @@ class OutboxSql:
         ).format(sql.Identifier(self.table))
 
     def pending(self) -> sql.Composed:
+        # The rows due now, oldest first: not in their own backoff, and not behind a row
+        # of their key that is (it must go first). Rows in backoff are skipped, so a
+        # batch's worth of failing rows never holds back the rows after them.
         return sql.SQL(
             "SELECT id, exchange, routing_key, message_id, type, body, headers,"
-            " correlation_id, order_key FROM {} WHERE sent_at IS NULL ORDER BY id"
-            " LIMIT %(limit)s"
-        ).format(sql.Identifier(self.table))
+            " correlation_id, order_key, attempts FROM {t} o WHERE sent_at IS NULL"
+            " AND (next_attempt_at IS NULL OR next_attempt_at <= now())"
+            " AND (order_key IS NULL OR NOT EXISTS (SELECT 1 FROM {t} w"
+            "  WHERE w.order_key = o.order_key AND w.id < o.id AND w.sent_at IS NULL"
+            "  AND w.next_attempt_at IS NOT NULL AND w.next_attempt_at > now()))"
+            " ORDER BY id LIMIT %(limit)s"
+        ).format(t=sql.Identifier(self.table))
+
+    def failed(self) -> sql.Composed:
+        # One statement for a batch's failed rows: each waits its own backoff.
+        return sql.SQL(
+            "UPDATE {t} SET attempts = {t}.attempts + 1,"
+            " next_attempt_at = now() + make_interval(secs => f.delay), last_error = f.error"
+            " FROM unnest(%(ids)s::bigint[], %(delays)s::float8[], %(errors)s::text[])"
+            " AS f(id, delay, error) WHERE {t}.id = f.id AND {t}.sent_at IS NULL"
+        ).format(t=sql.Identifier(self.table))
+
+    def listing(self, where: sql.Composable) -> sql.Composed:
+        return sql.SQL(
+            "SELECT id, type, order_key, message_id, attempts, created_at, next_attempt_at,"
+            " last_error FROM {} WHERE sent_at IS NULL AND ({}) ORDER BY id LIMIT %(limit)s"
+        ).format(sql.Identifier(self.table), where)
+
+    def retry(self, where: sql.Composable) -> sql.Composed:
+        return sql.SQL(
+            "UPDATE {} SET next_attempt_at = NULL WHERE sent_at IS NULL AND ({})"
+        ).format(sql.Identifier(self.table), where)
+
+    def discard(self, where: sql.Composable) -> sql.Composed:
+        return sql.SQL(
+            "DELETE FROM {} WHERE sent_at IS NULL AND ({}) RETURNING id, type, message_id"
+        ).format(sql.Identifier(self.table), where)
 
     def mark_sent(self) -> sql.Composed:
         return sql.SQL("UPDATE {} SET sent_at = now() WHERE id = ANY(%(ids)s)").format(
@@ -153,7 +198,8 @@ class OutboxSql:
 
     def stats(self) -> sql.Composed:
         return sql.SQL(
-            "SELECT count(*), coalesce(extract(epoch FROM now() - min(created_at)), 0)"
+            "SELECT count(*), coalesce(extract(epoch FROM now() - min(created_at)), 0),"
+            " count(*) FILTER (WHERE attempts > 0)"
             " FROM {} WHERE sent_at IS NULL"
         ).format(sql.Identifier(self.table))
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 import pytest
 
@@ -194,3 +195,115 @@ async def test_in_transactional_mode_follow_ups_become_outbox_rows_of_the_transa
     cur = await pg.execute(f"SELECT count(*) FROM {table}")
     assert (await cur.fetchone())[0] == 1
     assert (await store.claim("k", lease=30)).status is DONE
+
+
+@pytest.fixture
+async def rows_table(pg, prefix):
+    table = prefix + "rows"
+    await pg.execute(f"CREATE TABLE {table} (key text)")
+
+    async def count() -> int:
+        cur = await pg.execute(f"SELECT count(*) FROM {table}")
+        return (await cur.fetchone())[0]
+
+    return table, count
+
+
+async def key_state(pg, store, key: str = "k") -> str | None:
+    """The key's state in the store's table (None: absent, so a retry runs), read
+    without claiming it."""
+    cur = await pg.execute(f"SELECT state FROM {store.sql.table} WHERE key = %s", (key,))
+    row = await cur.fetchone()
+    return row[0] if row else None
+
+
+async def test_without_an_outbox_a_transactions_follow_ups_are_confirmed_before_it_commits(
+    make_pg_store, pg, rows_table
+) -> None:
+    """A send that fails rolls the transaction back and frees the key, so the retry runs
+    (and sends): the follow-ups are never lost behind a key already marked done."""
+    table, rows = rows_table
+    store = make_pg_store()
+
+    def make():
+        fx = effects_for(store)
+
+        async def call():
+            async with fx.transaction() as conn:
+                await conn.execute(f"INSERT INTO {table} VALUES ('k')")
+                await fx.publish(Captured(n=1))
+
+        return fx, call
+
+    fx, call = make()
+    with pytest.raises(RuntimeError, match="broker down"):
+        await run_once(fx, call, Sent(fail=True), lease=30)
+    assert await rows() == 0  # rolled back with the failed send
+    assert await key_state(pg, store) is None  # released: the retry runs
+    sent = Sent()
+    fx, call = make()
+    assert await run_once(fx, call, sent, lease=30) == RAN
+    assert await rows() == 1 and [len(b) for b in sent.batches] == [1]
+    assert await key_state(pg, store) == "done"
+
+
+async def test_a_step_after_the_transaction_block_that_fails_rolls_the_block_back(
+    make_pg_store, pg, rows_table
+) -> None:
+    table, rows = rows_table
+    store = make_pg_store()
+    fx = effects_for(store)
+
+    async def call():
+        async with fx.transaction() as conn:
+            await conn.execute(f"INSERT INTO {table} VALUES ('k')")
+        assert await rows() == 0  # not committed yet: the handler has not returned
+        raise RuntimeError("the step after the block failed")
+
+    with pytest.raises(RuntimeError, match="after the block"):
+        await run_once(fx, call, Sent(), lease=30)
+    assert await rows() == 0
+    assert await key_state(pg, store) is None
+
+
+async def test_a_failed_block_the_handler_survives_drops_its_follow_ups_and_marks_done(
+    make_pg_store, pg, rows_table
+) -> None:
+    table, rows = rows_table
+    store = make_pg_store()
+    fx = effects_for(store)
+
+    async def call():
+        await fx.publish(Captured(n=0))
+        with contextlib.suppress(RuntimeError):
+            async with fx.transaction() as conn:
+                await conn.execute(f"INSERT INTO {table} VALUES ('k')")
+                await fx.publish(Captured(n=1))
+                raise RuntimeError("the block failed")
+
+    sent = Sent()
+    assert await run_once(fx, call, sent, lease=30) == RAN
+    assert await rows() == 0
+    assert [[f.message.n for f in b] for b in sent.batches] == [[0]]
+    assert await key_state(pg, store) == "done"
+
+
+async def test_with_an_outbox_follow_ups_published_after_the_block_join_the_transaction(
+    make_pg_store, make_outbox, pg, rows_table
+) -> None:
+    from rabbitq import App
+
+    table, rows = rows_table
+    outbox = make_outbox(App(queue="q.unused", exchange="x.unused"))
+    store = make_pg_store()
+    fx = effects_for(store, outbox=outbox)
+
+    async def call():
+        async with fx.transaction() as conn:
+            await conn.execute(f"INSERT INTO {table} VALUES ('k')")
+        await fx.publish(Captured(n=2))  # after the block: still in the transaction
+
+    sent = Sent()
+    assert await run_once(fx, call, sent, lease=30) == RAN
+    assert sent.batches == [] and (await outbox.stats())[0] == 1
+    assert await rows() == 1 and await key_state(pg, store) == "done"
