@@ -31,6 +31,13 @@ def listen(bind: str, port: int) -> socket.socket:
         ) from None
 
 
+def served_hosts(bind: str, allowed: tuple[str, ...]) -> tuple[str, ...]:
+    """The names the console answers to besides loopback's: the ``--bind`` address (not a
+    wildcard one, which names no host) and each ``--allowed-host``."""
+    wildcard = bind in ("", "0.0.0.0", "::")
+    return (*(() if wildcard else (bind,)), *allowed)
+
+
 @click.command()
 @click.argument("specs", nargs=-1, required=True, metavar="MODULE:APP|QUEUE...")
 @click.option(
@@ -52,6 +59,14 @@ def listen(bind: str, port: int) -> socket.socket:
     show_envvar=True,
     default=None,
     help="Token that signs an operator in for actions; generated and printed once if absent.",
+)
+@click.option(
+    "--allowed-host",
+    "allowed_hosts",
+    multiple=True,
+    metavar="NAME",
+    help="A host name (or address) browsers may use for the console besides localhost and "
+    "the --bind address; requests naming any other are refused (repeatable).",
 )
 @click.option("--read-only", is_flag=True, help="Show queues and messages; disable every action.")
 @click.option(
@@ -76,6 +91,7 @@ def console(
     port: int,
     bind: str,
     token: str | None,
+    allowed_hosts: tuple[str, ...],
     read_only: bool,
     metrics_urls: tuple[str, ...],
     export_dir: Path,
@@ -124,6 +140,7 @@ def console(
         guard=guard,
         export_dir=export_dir,
         metrics_urls=metrics_urls,
+        allowed_hosts=served_hosts(bind, allowed_hosts),
     )
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     sock = listen(bind, port)
@@ -139,5 +156,12 @@ def console(
         click.echo(f"operator token: {token_id(token)} (from --token or {TOKEN_ENV})")
     if bind not in ("127.0.0.1", "::1", "localhost"):
         click.echo(f"warning: listening on {bind}, not only on this machine", err=True)
+        if not allowed_hosts:
+            click.echo(
+                "note: only requests for localhost"
+                + ("" if bind in ("", "0.0.0.0", "::") else f" or {bind}")
+                + " are served; add --allowed-host NAME for each name browsers use",
+                err=True,
+            )
     server = uvicorn.Server(uvicorn.Config(create_app(config), log_level="warning"))
     server.run(sockets=[sock])

@@ -1,4 +1,5 @@
-"""The console's ASGI application: routes, security headers and the sampler's lifespan."""
+"""The console's ASGI application: routes, the Host check, security headers and the
+sampler's lifespan."""
 
 from __future__ import annotations
 
@@ -10,9 +11,12 @@ from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.middleware.base import BaseHTTPMiddleware
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import PlainTextResponse, Response
+from starlette.types import ASGIApp, Receive, Scope, Send
 
+from ..cli.dlq_view import escape
 from .routes import http_error, routes
+from .security import host_allowed, host_name
 from .state import Config, State
 
 # Everything the pages use is served by the console itself; nothing runs inline.
@@ -40,6 +44,28 @@ class _Headers(BaseHTTPMiddleware):
         return response
 
 
+class _HostCheck:
+    """Refuses (400) a request whose ``Host`` is not one the console serves."""
+
+    def __init__(self, app: ASGIApp, allowed: tuple[str, ...]) -> None:
+        self.app = app
+        self.allowed = allowed
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            raw = dict(scope["headers"]).get(b"host", b"").decode("latin-1")
+            if not host_allowed(raw, self.allowed):
+                name = escape(host_name(raw))[:100] or "(none)"
+                response = PlainTextResponse(
+                    f"refused: this console is not served as {name!r} (DNS rebinding?); "
+                    "start it with --allowed-host to serve that name\n",
+                    status_code=400,
+                )
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
 def create_app(config: Config, *, sample: bool = True) -> Starlette:
     """The console for ``config``; ``sample=False`` leaves depth sampling to the caller
     (tests call :meth:`State.sample_once`)."""
@@ -56,7 +82,10 @@ def create_app(config: Config, *, sample: bool = True) -> Starlette:
 
     app = Starlette(
         routes=routes,
-        middleware=[Middleware(_Headers)],
+        middleware=[
+            Middleware(_Headers),
+            Middleware(_HostCheck, allowed=tuple(config.allowed_hosts)),
+        ],
         exception_handlers={HTTPException: http_error},
         lifespan=lifespan,
     )
