@@ -31,13 +31,6 @@ def listen(bind: str, port: int) -> socket.socket:
         ) from None
 
 
-def served_hosts(bind: str, allowed: tuple[str, ...]) -> tuple[str, ...]:
-    """The names the console answers to besides loopback's: the ``--bind`` address (not a
-    wildcard one, which names no host) and each ``--allowed-host``."""
-    wildcard = bind in ("", "0.0.0.0", "::")
-    return (*(() if wildcard else (bind,)), *allowed)
-
-
 @click.command()
 @click.argument("specs", nargs=-1, required=True, metavar="MODULE:APP|QUEUE...")
 @click.option(
@@ -106,7 +99,7 @@ def console(
     try:
         import uvicorn
 
-        from .security import Guard, new_token, token_id
+        from .security import Guard, new_token, served_hosts, token_id
         from .server import create_app
         from .state import Config
         from .targets import from_app, from_queue

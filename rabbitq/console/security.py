@@ -65,6 +65,13 @@ def host_allowed(header: str | None, allowed: Iterable[str]) -> bool:
     return name in LOOPBACK_HOSTS or name in {host_name(a).rstrip(".") for a in allowed}
 
 
+def served_hosts(bind: str, allowed: tuple[str, ...]) -> tuple[str, ...]:
+    """The names the console answers to besides loopback's: the ``--bind`` address (not a
+    wildcard one, which names no host) and each ``--allowed-host``."""
+    wildcard = bind in ("", "0.0.0.0", "::")
+    return (*(() if wildcard else (bind,)), *allowed)
+
+
 @dataclass
 class Guard:
     """The token check, the sessions it opened, and their CSRF tokens (in memory: a

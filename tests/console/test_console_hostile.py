@@ -9,8 +9,7 @@ import aio_pika
 import orjson
 
 from rabbitq import headers as h
-from rabbitq.console.cli import served_hosts
-from rabbitq.console.security import host_allowed, host_name
+from rabbitq.console.security import host_allowed, host_name, served_hosts
 
 from .broker import dead, publish
 from .conftest import act, sign_in
