@@ -126,4 +126,4 @@ async def test_a_publish_under_a_memory_alarm_answers_within_its_timeout(
         await delete_app_objects(admin, app)
         await admin.close()
     # before: the publishes answered at 2.0 s, but leaving the block took 7.0 s more
-    assert all(seconds < 3.5 for _, seconds in answers), answers
+    assert all(seconds < 4.5 for _, seconds in answers), answers
