@@ -14,7 +14,6 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from ..cli.dlq_view import escape
 from .routes import http_error, routes
 from .security import host_allowed, host_name
 from .state import Config, State
@@ -55,7 +54,7 @@ class _HostCheck:
         if scope["type"] == "http":
             raw = dict(scope["headers"]).get(b"host", b"").decode("latin-1")
             if not host_allowed(raw, self.allowed):
-                name = escape(host_name(raw))[:100] or "(none)"
+                name = host_name(raw)[:100] or "(none)"  # repr() escapes control characters
                 response = PlainTextResponse(
                     f"refused: this console is not served as {name!r} (DNS rebinding?); "
                     "start it with --allowed-host to serve that name\n",

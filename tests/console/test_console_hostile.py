@@ -91,3 +91,9 @@ def test_host_names_are_compared_without_port_case_or_brackets():
     assert not host_allowed(None, ["x"]) and not host_allowed("", ["x"])
     assert served_hosts("0.0.0.0", ("a.test",)) == ("a.test",)
     assert served_hosts("10.0.0.5", ()) == ("10.0.0.5",)
+
+
+def test_the_refusal_shows_a_hostile_host_name_escaped(make_console):
+    refused = make_console().get("/", headers={"host": "evil\x1b[2J.example"})
+    assert refused.status_code == 400
+    assert ESC not in refused.text and "\\x1b[2j" in refused.text  # names are lower-cased
