@@ -55,9 +55,10 @@ EPOCH_TTL_MS = 86_400_000
 # clock) before which no new place may be given, writing the record when it is new.
 FENCE = """
 local function fence(now, lease, renewing)
-  local info = redis.call('INFO', 'server')
-  local run_id = string.match(info, 'run_id:(%w+)')
-  local uptime = tonumber(string.match(info, 'uptime_in_seconds:(%d+)')) * 1000
+  local ok, info = pcall(redis.call, 'INFO', 'server')
+  if not ok or type(info) ~= 'string' then info = '' end  -- INFO refused: flushes only
+  local run_id = string.match(info, 'run_id:(%w+)') or '?'
+  local uptime = (tonumber(string.match(info, 'uptime_in_seconds:(%d+)')) or 1e9) * 1000
   local record = redis.call('HMGET', KEYS[2], 'run_id', 'until')
   local admit = tonumber(record[2]) or 0
   if record[1] ~= run_id then
