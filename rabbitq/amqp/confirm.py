@@ -4,15 +4,24 @@
 the DLQ tool's replay and import, and the demo. Every failure becomes one of rabbitq's
 :class:`~rabbitq.errors.PublishError` subclasses, mapped in one place
 (:func:`publish_error`), as httpx maps its transport's exceptions.
+
+aiormq cancels the futures of a connection it closes (a confirm, a drain), e.g. one
+closed as stuck ("no frames were received in 48 seconds"): the publish then sees a
+``CancelledError`` although no one cancelled it. That one is a PublishInterrupted too;
+a ``CancelledError`` is passed on only when the publishing task itself was cancelled
+(:func:`~rabbitq.amqp.cancel.cancelled_by_caller`).
 """
 
 from __future__ import annotations
+
+import asyncio
 
 import aiormq
 from aio_pika.abc import AbstractChannel
 from pamqp.commands import Basic
 
 from ..errors import PublishError, PublishInterrupted, PublishNacked, Unroutable
+from .cancel import cancelled_by_caller
 from .inflight import one_in_flight
 
 # What a publish on a channel can raise, all turned into a PublishError.
@@ -42,6 +51,10 @@ async def send_confirmed(
                 mandatory=True,
             )
     except FAILURES as exc:
+        raise publish_error(exc, exchange, routing_key) from exc
+    except asyncio.CancelledError as exc:
+        if cancelled_by_caller():
+            raise
         raise publish_error(exc, exchange, routing_key) from exc
 
 

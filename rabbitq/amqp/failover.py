@@ -27,6 +27,7 @@ from aio_pika import RobustConnection
 from aio_pika.connection import make_url
 
 from ..settings import redact_url
+from .cancel import cancelled_by_caller
 
 log = logging.getLogger("rabbitq.connection")
 
@@ -95,11 +96,16 @@ async def connect_robust(
         connection = FailoverConnection(rotated, **kwargs)
         try:
             await connection.connect(timeout=timeout)
-        except asyncio.CancelledError:
+        except asyncio.CancelledError as exc:
             # A worker stopped while connecting: a robust connection left open would go
             # on reconnecting and keep the process from exiting.
             await connection.close()
-            raise
+            if cancelled_by_caller():
+                raise
+            # aiormq cancelled one of its own futures (the connection closed under it):
+            # a failed attempt like any other, not a cancellation to pass on.
+            last = ConnectionError(f"the connection closed while opening ({exc!r})")
+            continue
         except Exception as exc:
             last = exc
             await connection.close()

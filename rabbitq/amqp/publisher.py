@@ -12,6 +12,12 @@ with ``retry_for=S`` keeps trying (connecting, and each unconfirmed publish) wit
 backoff for at most ``S`` seconds while the robust connection reconnects, then raises.
 A retried publish may store the message twice (same ``message_id``) if the broker
 stored it but its confirm was lost: at-least-once, like everything else.
+
+A publish never raises a ``CancelledError`` it did not receive: a confirm that aiormq
+cancels because it closed the connection (e.g. as stuck, "no frames were received") is
+a :class:`~rabbitq.errors.PublishInterrupted` ("it may or may not have been stored"),
+retried within ``retry_for``. Leaving the ``async with`` waits at most ``timeout`` (and
+5 s) for the broker to answer the close.
 """
 
 from __future__ import annotations
@@ -166,18 +172,20 @@ class Publisher:
         raise AssertionError("unreachable")  # retry_waits() never ends
 
     async def close(self) -> None:
-        """Close the channel, and the connection if the publisher opened it."""
+        """Close the connection if the publisher opened it (which closes its channel),
+        else the channel, waiting at most ``timeout`` (and 5 s) for the broker's answer:
+        a broker that blocks publishers (an alarm) does not read our close."""
         channel, self._channel, self._exchange = self._channel, None, None
-        # Bounded: a broker that blocks publishers (an alarm) does not read our close.
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(CLOSE_TIMEOUT):
-                if channel is not None and not channel.is_closed:
-                    await channel.close()
+        limit = min(CLOSE_TIMEOUT, self._timeout)
         if self._owns_connection and self._connection is not None:
             connection, self._connection = self._connection, None
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(CLOSE_TIMEOUT):
+                async with asyncio.timeout(limit):
                     await connection.close()
+        elif channel is not None and not channel.is_closed:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(limit):
+                    await channel.close()
 
     def _target(self, type_name: str, delay: float | None) -> tuple[AbstractChannel, str, str]:
         """The channel, exchange name and routing key to publish to."""

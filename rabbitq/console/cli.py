@@ -54,6 +54,14 @@ def listen(bind: str, port: int) -> socket.socket:
     default=None,
     help="Token that signs an operator in for actions; generated and printed once if absent.",
 )
+@click.option(
+    "--allowed-host",
+    "allowed_hosts",
+    multiple=True,
+    metavar="NAME",
+    help="A host name (or address) browsers may use for the console besides localhost and "
+    "the --bind address; requests naming any other are refused (repeatable).",
+)
 @click.option("--read-only", is_flag=True, help="Show queues and messages; disable every action.")
 @click.option(
     "--metrics",
@@ -77,6 +85,7 @@ def console(
     port: int,
     bind: str,
     token: str | None,
+    allowed_hosts: tuple[str, ...],
     read_only: bool,
     metrics_urls: tuple[str, ...],
     export_dir: Path,
@@ -91,7 +100,7 @@ def console(
     try:
         import uvicorn
 
-        from .security import Guard, new_token, token_id
+        from .security import Guard, new_token, served_hosts, token_id
         from .server import create_app
         from .state import Config
         from .targets import from_app, from_queue
@@ -129,6 +138,7 @@ def console(
         export_dir=export_dir,
         metrics_urls=metrics_urls,
         outboxes=outboxes,
+        allowed_hosts=served_hosts(bind, allowed_hosts),
     )
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     sock = listen(bind, port)
@@ -144,5 +154,12 @@ def console(
         click.echo(f"operator token: {token_id(token)} (from --token or {TOKEN_ENV})")
     if bind not in ("127.0.0.1", "::1", "localhost"):
         click.echo(f"warning: listening on {bind}, not only on this machine", err=True)
+        if not allowed_hosts:
+            click.echo(
+                "note: only requests for localhost"
+                + ("" if bind in ("", "0.0.0.0", "::") else f" or {bind}")
+                + " are served; add --allowed-host NAME for each name browsers use",
+                err=True,
+            )
     server = uvicorn.Server(uvicorn.Config(create_app(config), log_level="warning"))
     server.run(sockets=[sock])

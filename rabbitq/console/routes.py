@@ -46,6 +46,7 @@ HERE = Path(__file__).parent
 templates = Jinja2Templates(directory=str(HERE / "templates"))
 templates.env.filters["when"] = views.when
 templates.env.filters["rate"] = views.rate_text
+templates.env.finalize = views.shown  # control characters as escapes, in every field
 log = logging.getLogger("rabbitq.console")
 MAX_ROWS = 200  # message rows listed on a DLQ page (groups count them all)
 BUSY_WAIT = 0.5  # seconds a page waits for a running job before saying it is busy

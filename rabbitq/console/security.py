@@ -6,6 +6,12 @@ cookie holding a random session id, never the token. Every state-changing form c
 CSRF token derived from that session id with a server secret (HMAC), and the server also
 refuses a POST whose ``Origin`` is another site. Logs name a *token id* (a short digest
 of the token), never the token.
+
+Every request, reading ones included, must name a host the console serves in its
+``Host`` header (:func:`host_allowed`): loopback's names, the ``--bind`` address and
+each ``--allowed-host``. A page of another site whose name the attacker re-points at
+the console's address (DNS rebinding) is then refused, since the browser sends that
+site's name.
 """
 
 from __future__ import annotations
@@ -13,11 +19,13 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 COOKIE = "rabbitq_console"
 CSRF_FIELD = "csrf"
+LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1")
 
 
 def new_token() -> str:
@@ -38,6 +46,30 @@ def same_origin(origin: str | None, host: str | None) -> bool:
     if origin == "null" or host is None:
         return False
     return urlsplit(origin).netloc == host
+
+
+def host_name(header: str) -> str:
+    """The name in a ``Host`` header, lower case, without its port or IPv6 brackets."""
+    header = header.strip().lower()
+    if header.startswith("["):
+        return header[1:].partition("]")[0]
+    return header.rpartition(":")[0] if header.count(":") == 1 else header
+
+
+def host_allowed(header: str | None, allowed: Iterable[str]) -> bool:
+    """Whether a request's ``Host`` header names loopback or one of ``allowed``
+    (names or addresses, without ports). A request without one is refused."""
+    if not header:
+        return False
+    name = host_name(header).rstrip(".")
+    return name in LOOPBACK_HOSTS or name in {host_name(a).rstrip(".") for a in allowed}
+
+
+def served_hosts(bind: str, allowed: tuple[str, ...]) -> tuple[str, ...]:
+    """The names the console answers to besides loopback's: the ``--bind`` address (not a
+    wildcard one, which names no host) and each ``--allowed-host``."""
+    wildcard = bind in ("", "0.0.0.0", "::")
+    return (*(() if wildcard else (bind,)), *allowed)
 
 
 @dataclass

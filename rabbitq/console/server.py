@@ -1,4 +1,5 @@
-"""The console's ASGI application: routes, security headers and the sampler's lifespan."""
+"""The console's ASGI application: routes, the Host check, security headers and the
+sampler's lifespan."""
 
 from __future__ import annotations
 
@@ -10,11 +11,13 @@ from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.middleware.base import BaseHTTPMiddleware
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .outbox_page import outbox_page
 from .routes import http_error, routes
+from .security import host_allowed, host_name
 from .state import Config, State
 
 # Everything the pages use is served by the console itself; nothing runs inline.
@@ -42,6 +45,28 @@ class _Headers(BaseHTTPMiddleware):
         return response
 
 
+class _HostCheck:
+    """Refuses (400) a request whose ``Host`` is not one the console serves."""
+
+    def __init__(self, app: ASGIApp, allowed: tuple[str, ...]) -> None:
+        self.app = app
+        self.allowed = allowed
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            raw = dict(scope["headers"]).get(b"host", b"").decode("latin-1")
+            if not host_allowed(raw, self.allowed):
+                name = host_name(raw)[:100] or "(none)"  # repr() escapes control characters
+                response = PlainTextResponse(
+                    f"refused: this console is not served as {name!r} (DNS rebinding?); "
+                    "start it with --allowed-host to serve that name\n",
+                    status_code=400,
+                )
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
 def create_app(config: Config, *, sample: bool = True) -> Starlette:
     """The console for ``config``; ``sample=False`` leaves depth sampling to the caller
     (tests call :meth:`State.sample_once`)."""
@@ -58,7 +83,10 @@ def create_app(config: Config, *, sample: bool = True) -> Starlette:
 
     app = Starlette(
         routes=[*routes, Route("/outbox", outbox_page)],
-        middleware=[Middleware(_Headers)],
+        middleware=[
+            Middleware(_Headers),
+            Middleware(_HostCheck, allowed=tuple(config.allowed_hosts)),
+        ],
         exception_handlers={HTTPException: http_error},
         lifespan=lifespan,
     )

@@ -49,6 +49,8 @@ class Config:
     outboxes: Sequence[tuple[str, Any]] = ()  # (MODULE:APP, its Outbox): the /outbox page
     sample_interval: float = DEFAULT_SAMPLE_INTERVAL
     max_read: int = DEFAULT_MAX_READ
+    allowed_hosts: Sequence[str] = ()
+    """Host names served besides loopback's (the ``--bind`` address, ``--allowed-host``)."""
 
     @property
     def read_only(self) -> bool:

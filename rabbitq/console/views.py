@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from markupsafe import Markup
+
 from .. import headers as h
 from ..cli.dlq_view import body_text, escape, value_text
 from ..dlq.message import DeadMessage
@@ -15,6 +17,16 @@ from .targets import Target
 
 FILTER_FIELDS = ("type", "reason", "since", "until", "grep")
 RABBITQ_PREFIX = "rabbitq-"
+
+
+def shown(value: Any) -> Any:
+    """What a template writes for ``value``: strings with their control characters as
+    escapes (``\\x1b``), newlines and tabs kept. The templates' ``finalize``, so that it
+    holds for every field, whatever a dead letter carries; HTML escaping comes after."""
+    if isinstance(value, str) and not value.isprintable():
+        text = escape(value, multiline=True)
+        return Markup(text) if isinstance(value, Markup) else text
+    return value
 
 
 def when(value: datetime | None) -> str:

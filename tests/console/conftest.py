@@ -40,11 +40,13 @@ def app(broker_url: str, uid: str) -> Iterator[App]:
 
 @pytest.fixture
 def make_console(broker_url: str, app: App, tmp_path: Path) -> Iterator[Callable[..., TestClient]]:
-    """``make_console(read_only=False)``: a TestClient on a console for ``app``."""
+    """``make_console(read_only=False, allowed_hosts=())``: a TestClient on a console for
+    ``app`` (served on 127.0.0.1:8080)."""
     clients: list[TestClient] = []
 
-    def make(*, read_only: bool = False) -> TestClient:
+    def make(*, read_only: bool = False, allowed_hosts: tuple[str, ...] = ()) -> TestClient:
         config = Config(
+            allowed_hosts=allowed_hosts,
             targets=[from_app("svc:app", app)],
             url=broker_url,
             guard=Guard(token=TOKEN, read_only=read_only),

@@ -3,6 +3,7 @@ once (and never logged), read-only mode, and a plain queue name as a target."""
 
 from __future__ import annotations
 
+import http.client
 import os
 import re
 import socket
@@ -71,7 +72,9 @@ def _stop(console: Console) -> str:
 def test_the_command_is_registered_with_its_options():
     result = CliRunner().invoke(main, ["console", "--help"])
     assert result.exit_code == 0
-    for option in ("--port", "--bind", "--token", "--read-only", "--url", "--metrics"):
+    for option in (
+        "--port", "--bind", "--token", "--read-only", "--url", "--metrics", "--allowed-host"
+    ):  # fmt: skip
         assert option in result.output
 
 
@@ -123,3 +126,25 @@ def test_a_port_in_use_is_a_one_line_error(app, broker_url):
         f"Error: cannot listen on 127.0.0.1:{port}: Address already in use;"
         " choose another with --port"
     ]
+
+
+def _status(port: int, host: str) -> int:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+    try:
+        conn.request("GET", "/", headers={"Host": host})
+        return conn.getresponse().status
+    finally:
+        conn.close()
+
+
+def test_only_the_hosts_it_serves_are_answered(app, broker_url):
+    """DNS rebinding: a page of another name pointed at 127.0.0.1 is refused."""
+    console = _start(app.queue, "--allowed-host", "console.test", env={"RABBITQ_URL": broker_url})
+    try:
+        _get(console.port)  # up
+        port = console.port
+        assert _status(port, f"rebind.attacker.example:{port}") == 400
+        assert _status(port, f"console.test:{port}") == 200
+        assert _status(port, f"localhost:{port}") == 200
+    finally:
+        _stop(console)
