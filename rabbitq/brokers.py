@@ -287,7 +287,8 @@ FACT_ROWS: tuple[FactRow, ...] = (
             "honoured",
             "honoured",
         ),
-        verified="accepted by 3.10.8 (tests/integration/worker/test_consumer_arguments.py)",
+        verified="accepted and ignored by 3.10.8 "
+        "(tests/integration/worker/test_consumer_timeout.py)",
         docs='"Delivery Acknowledgement Timeout" (3.12+), rabbitmq-server #5437',
     ),
     FactRow(
