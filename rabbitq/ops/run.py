@@ -25,7 +25,7 @@ from ..app import load_app
 from ..settings import TLS, url_password
 from ..worker.handler_pool import THREAD_PREFIX as HANDLER_THREAD_PREFIX
 from ..worker.lifecycle import DEFAULT_GRACE_PERIOD, Worker
-from . import logs, loop
+from . import dlq_watch, logs, loop
 from .endpoints import DEFAULT_BIND, serve_metrics
 from .metrics import DEFAULT_SAMPLE_INTERVAL, Metrics, sample_queues
 from .status import REPORT_INTERVAL, state_code
@@ -100,7 +100,8 @@ def run(spec: WorkerSpec, *, child: Child | None = None) -> None:
         metrics.expect(worker.app)  # (serve_metrics does it in a single process)
         for handler in logging.getLogger().handlers:
             handler.filters.insert(0, _Prefix(child.number))
-    loop.run(_serve(worker, metrics, spec, child), loop=spec.loop)
+    serving = _serve(worker, metrics, spec, child)
+    loop.run(dlq_watch.alongside(serving, worker, metrics), loop=spec.loop)  # DLQ policies too
     if spec.exit_if_stuck:
         exit_if_handlers_stuck()
 
