@@ -8,7 +8,7 @@ and a policy that expires a DLQ's messages loses them silently (issue 20: a
 cannot stop a policy; it names it: :func:`drop_risks` takes a queue's arguments and its
 effective policy definition (the management API merges policy and operator policy) and
 returns every setting that drops messages. The worker logs them at start and reports
-them as ``rabbitq_dlq_drop_risk`` and in ``/readyz`` (``rabbitq.ops.dlq_watch``), and
+them as ``rabbitq_dlq_drop_risk`` and in ``/readyz`` (``rabbitq.ops.queue_watch``), and
 ``rabbitq doctor`` as dangers.
 
 How RabbitMQ 3.10.8 combines an argument and a policy (its ``rabbit_quorum_queue`` and

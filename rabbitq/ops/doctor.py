@@ -190,10 +190,14 @@ def _queues(facts: Facts) -> list[Finding]:
                     topic="queues",
                     message=f"{spec.name} holds {state.stuck} dead-lettered message(s) it has "
                     f"not handed on to {_target(spec, facts.topology)}: no worker can reach "
-                    f"them (seen on RabbitMQ 3.10.8 after a quorum queue's leader died)",
-                    fix="upgrade RabbitMQ past the at-least-once dead-letter worker fixes "
-                    "(rabbitmq-server PR #7677, backported to 3.10.x); restarting the "
-                    "queue's leader node may free them (not verified here)",
+                    f"them until the broker sends them again (its target was missing when "
+                    f"they were dead-lettered: about 3 minutes, measured on 3.10.8; or the "
+                    f"queue's leader died: seen to last on 3.10.8)",
+                    fix="a policy change on the queue sends them at once (rabbitmqctl "
+                    f"set_policy rabbitq-touch '^{_regex(spec.name)}$' '{{\"max-length\":"
+                    "1000000000}' --apply-to queues, then clear_policy rabbitq-touch); if "
+                    "they stay, upgrade RabbitMQ past the at-least-once dead-letter worker "
+                    "fixes (rabbitmq-server PR #7677, backported to 3.10.x)",
                 )
             )
         for drift in _drift(spec, state):

@@ -228,6 +228,14 @@ class Metrics(Hooks):
             registry=r,
             multiprocess_mode="livemax",
         )
+        self.held_by_broker_gauge = Gauge(
+            "rabbitq_dead_letters_held_by_broker",
+            "Dead letters a quorum queue holds because their target was missing (sent again "
+            "on the broker's timer); absent: not checked, no management API.",
+            ["queue"],
+            registry=r,
+            multiprocess_mode="livemax",
+        )
         self.info = Gauge(
             "rabbitq_info",
             "Always 1; the version label is rabbitq's version.",
@@ -411,7 +419,7 @@ class Metrics(Hooks):
         self.held_gauge.labels(queue).set(held)
 
     def dlq_checked(self, queue: str, risks: Sequence[object] | None) -> None:
-        """The DLQ ``queue`` was checked (``rabbitq.ops.dlq_watch``): ``risks`` are the
+        """The DLQ ``queue`` was checked (``rabbitq.ops.queue_watch``): ``risks`` are the
         settings that drop its messages (None: not known)."""
         if risks is None:
             return
@@ -419,6 +427,10 @@ class Metrics(Hooks):
         line = f"{queue} drops messages: " + "; ".join(map(str, risks))
         self._drops = {**rest, queue: line} if risks else rest
         self.dlq_drop_risk.labels(queue).set(len(risks))
+
+    def held_by_broker(self, queue: str, held: int) -> None:
+        """``queue`` holds ``held`` dead letters it could not hand on (its target was missing)."""
+        self.held_by_broker_gauge.labels(queue).set(held)
 
     def ready_detail(self) -> str | None:
         """What a ready worker's ``/readyz`` adds after "ready" (a DLQ that drops)."""

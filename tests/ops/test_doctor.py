@@ -222,7 +222,7 @@ def test_dead_letters_a_retry_queue_holds_but_does_not_hand_on_are_a_danger():
     found = [x for x in diagnose(f) if x.topic == "queues"]
     assert [x.level for x in found] == ["danger"]
     assert "437 dead-lettered message(s) it has not handed on to orders" in found[0].message
-    assert "upgrade RabbitMQ" in found[0].fix
+    assert "upgrade RabbitMQ" in found[0].fix and "set_policy rabbitq-touch" in found[0].fix
 
 
 def test_the_dlq_limit_rabbitq_declares_is_no_danger_on_3_10_or_4_x():

@@ -31,6 +31,7 @@ CONTRACT = {
     "rabbitq_connection_blocked": "gauge",
     "rabbitq_copies_held": "gauge",
     "rabbitq_dlq_drop_risk": "gauge",
+    "rabbitq_dead_letters_held_by_broker": "gauge",
     "rabbitq_topology_redeclared": "counter",
     "rabbitq_handler_threads_abandoned": "gauge",
     "rabbitq_info": "gauge",

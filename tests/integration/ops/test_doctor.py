@@ -173,7 +173,7 @@ async def test_a_worker_names_a_dlq_policy_that_drops_dead_letters(node, monkeyp
     from prometheus_client import CollectorRegistry
 
     from rabbitq import Metrics, PermanentError, Worker, serve_metrics
-    from rabbitq.ops import dlq_watch
+    from rabbitq.ops import queue_watch
     from tests.helpers import Recorder, queue_depth, wait_for
     from tests.scrape import http_get
 
@@ -205,7 +205,7 @@ async def test_a_worker_names_a_dlq_policy_that_drops_dead_letters(node, monkeyp
         "rabbitq_dlq_drop_risk", {"queue": f"{queue}.dlq"}
     )
     async with serve_metrics(worker, metrics, port=0, bind="127.0.0.1") as server:
-        running = asyncio.create_task(dlq_watch.alongside(worker.run(), worker, metrics))
+        running = asyncio.create_task(queue_watch.alongside(worker.run, worker, metrics))
         await wait_for(worker.ready.is_set)
         async with app.publisher() as pub:
             for n in range(20):
@@ -224,7 +224,7 @@ async def test_a_worker_names_a_dlq_policy_that_drops_dead_letters(node, monkeyp
                             f"policy '{policy}')") for m in said), said  # fmt: skip
     assert readyz[0] == 200 and readyz[1].startswith(f"ready; {queue}.dlq drops messages: "), readyz
     await asyncio.to_thread(node.ctl, "clear_operator_policy", policy)
-    watch = dlq_watch.DlqWatch(f"{queue}.dlq", api, metrics.dlq_checked)
+    watch = queue_watch.QueueWatch(app.topology(), api, metrics)
     watch.risks = []  # as the worker's watch had it: then the policy went away
     for _ in range(40):
         await watch.round()
@@ -233,3 +233,80 @@ async def test_a_worker_names_a_dlq_policy_that_drops_dead_letters(node, monkeyp
         await asyncio.sleep(0.5)
     assert gauge() == 0 and metrics.ready_detail() is None
     await connection.close()
+
+
+class Once(Message, type="doctor.live.once"):
+    n: int
+
+
+async def test_retries_held_by_the_broker_after_the_main_queue_is_deleted_are_counted(
+    node, caplog
+):
+    # Issue 20, item 8: on quorum queues, retries whose delay runs out while the main
+    # queue is missing (the worker's re-declare wait) are held by RabbitMQ's dead-letter
+    # process for about 3 minutes, and every AMQP depth says 0. The watch counts them
+    # (rabbitq_dead_letters_held_by_broker) and says so; a policy change on the retry
+    # queue, the operator's remedy, sends them at once.
+    import logging
+    import time
+
+    from prometheus_client import CollectorRegistry
+
+    from rabbitq import Context, Metrics, Worker
+    from rabbitq.ops import queue_watch
+    from tests.helpers import Recorder, queue_depth, running, wait_for
+
+    caplog.set_level(logging.INFO)
+    queue = f"held.{uuid.uuid4().hex[:8]}"
+    app = App(queue=queue, url=node.url, retry=RetryPolicy(delays=(1,)))
+
+    @app.handler(Once, timeout=5)
+    async def once(msg: Once, ctx: Context) -> None:
+        if ctx.attempt == 1:
+            raise RuntimeError("fails once")
+
+    messages, metrics, rec = 20, Metrics(CollectorRegistry()), Recorder()
+    api = Management.for_broker(node.url, node.management_url)
+    watch = queue_watch.QueueWatch(app.topology(), api, metrics)
+    retry = app.topology().retries[0].name
+    connection = await connect(node.url, name="held test")
+    worker = Worker(app, hooks=[metrics, rec])
+    worker.keeper.redeclare_wait = 3.0  # every copy's 1 s delay runs out inside the wait
+    async with running(worker):
+        async with app.publisher() as pub:
+            for n in range(messages):
+                await pub.publish(Once(n=n))
+        await wait_for(lambda: rec.count("retried") == messages)
+        await (await connection.channel()).queue_delete(queue)
+        await wait_for(lambda: worker.keeper.redeclared == 1, timeout=20)
+        for _ in range(40):  # statistics arrive every 0.5 s on this node
+            await watch.round()
+            if watch.held.get(retry) == messages:
+                break
+            await asyncio.sleep(0.5)
+        seen = dict(watch.held)
+        depths = [await queue_depth(connection, name) for name in (queue, retry)]
+        gauge = metrics.registry.get_sample_value(
+            "rabbitq_dead_letters_held_by_broker", {"queue": retry}
+        )
+        assert rec.count("succeeded") == 0
+        touched = time.monotonic()
+        touch = ("set_policy", "--apply-to", "queues", f"touch-{queue}", f"^{retry}$")
+        await asyncio.to_thread(node.ctl, *touch, '{"max-length": 1000000}')
+        await asyncio.to_thread(node.ctl, "clear_policy", f"touch-{queue}")
+        await wait_for(lambda: rec.count("succeeded") == messages, timeout=20)
+        back_after = time.monotonic() - touched
+    for _ in range(40):
+        await watch.round()
+        if not watch.held.get(retry):
+            break
+        await asyncio.sleep(0.5)
+    await connection.close()
+    assert seen == {queue: 0, retry: messages}, seen
+    assert depths == [0, 0]  # invisible over AMQP
+    assert gauge == messages
+    said = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert any(m.startswith(f"RabbitMQ holds {messages} dead letter(s) of {retry}") for m in said)
+    assert any("are held by RabbitMQ, not lost" in m for m in said)  # the worker's own line
+    assert back_after < 10, back_after  # not 3 minutes
+    assert watch.held[retry] == 0
