@@ -17,6 +17,7 @@ from ..app import Handler
 from ..brokers import BrokerFacts, describe
 from ..droprisk import DropRisk, drop_risks
 from ..topology import DLQ_DELIVERY_LIMIT, QueueSpec, Topology, delay_label
+from ..worker.consumer_args import consumer_arguments, enforced_timeout
 from ..worker.limits import DEFAULT_CONSUMER_TIMEOUT, timeout_problems
 
 Level = Literal["info", "warning", "danger"]
@@ -319,6 +320,12 @@ def _timeouts(facts: Facts) -> list[Finding]:
         per_queue = main.effective_policy.get("consumer-timeout")
         if isinstance(per_queue, int) and per_queue > 0:
             timeout = per_queue / 1000
+    broker, queue_type = facts.broker, facts.topology.main.arguments.get("x-queue-type")
+    asked = consumer_arguments(facts.handlers, consumer_timeout=timeout)  # as the worker does
+    timeout = enforced_timeout(configured=timeout, arguments=asked,
+                               queue_type=queue_type or "classic",
+                               timeout_queue_types=broker.consumer_timeout_queue_types,
+                               per_consumer_timeout=broker.per_consumer_timeout)  # fmt: skip
     action = facts.broker.consumer_timeout_action
     findings = [
         Finding(

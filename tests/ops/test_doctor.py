@@ -154,6 +154,17 @@ def test_handler_timeouts_past_consumer_timeout_are_warned_with_the_versions_res
     assert levels(diagnose(facts(consumer_timeout=600)), "timeouts") == ["info"]
 
 
+def test_on_4_3_a_slow_handler_gets_its_own_consumer_timeout_and_classic_queues_none():
+    slow = make_app(timeout=2700)  # 45 minutes against the default 30
+    assert levels(diagnose(facts(app=slow, version="3.10.8")), "timeouts") == ["warning"]
+    # the worker asks for x-consumer-timeout, which 3.12+ honours
+    assert levels(diagnose(facts(app=slow, version="4.3.0")), "timeouts") == ["info"]
+    # 4.3 enforces consumer_timeout on quorum queues only
+    unbounded = make_app(queue_type="classic", timeout=None)
+    assert levels(diagnose(facts(app=unbounded, version="4.3.0")), "timeouts") == []
+    assert levels(diagnose(facts(app=unbounded, version="4.2.0")), "timeouts") == ["warning"]
+
+
 def test_a_per_queue_consumer_timeout_policy_is_used():
     f = with_queue(facts(), "orders", effective_policy={"consumer-timeout": 10_000})
     assert levels(diagnose(f), "timeouts") == ["warning"]  # 30 s handler, 10 s limit
