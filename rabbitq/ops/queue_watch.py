@@ -2,7 +2,8 @@
 
 Two things rabbitq cannot see over AMQP, asked of RabbitMQ's management API
 (``$RABBITQ_MANAGEMENT_URL``, default ``http://<broker host>:15672``, as the broker URL's
-user) once the worker consumes and every :data:`CHECK_INTERVAL` seconds:
+user) once the worker consumes, every :data:`CHECK_INTERVAL` seconds, and shortly after
+the worker declared its queues again:
 
 - **A DLQ that drops dead letters.** An operator's policy can expire or push out a DLQ's
   messages (``message-ttl``, ``max-length`` with ``overflow: drop-head``, ``expires``):
@@ -43,7 +44,10 @@ from .metrics import Metrics
 log = logging.getLogger("rabbitq.worker")
 
 CHECK_INTERVAL = 60.0
-"""Seconds between two looks at the DLQ's policies."""
+"""Seconds between two looks at the queues."""
+LOOK_AFTER_REDECLARE = 6.0
+"""Seconds after the worker declared its queues again before an extra look: the
+management API's statistics (every 5 s by default) must have seen the held messages."""
 OFF = "off"
 HELD = (
     "RabbitMQ holds %s dead letter(s) of %s that it could not hand to %s (the queue was "
@@ -62,13 +66,19 @@ class QueueWatch:
     """Checks ``topology``'s queues through ``management`` and reports to ``metrics``."""
 
     def __init__(
-        self, topology: Topology, management: Management | None, metrics: Metrics | None = None
+        self,
+        topology: Topology,
+        management: Management | None,
+        metrics: Metrics | None = None,
+        redeclared: Callable[[], int] = lambda: 0,
     ) -> None:
         self.dlq = topology.dlq.name
         self.targets = {topology.main.name: topology.dlq.name}
         self.targets |= {spec.name: topology.main.name for spec in topology.retries}
         self.management = management
         self.metrics = metrics
+        self.redeclared = redeclared
+        """How often the worker declared its queues again (a look follows each change)."""
         self.risks: list[DropRisk] | None = None
         """What the last round found on the DLQ (None: nothing known yet)."""
         self.held: dict[str, int] = {}
@@ -80,7 +90,7 @@ class QueueWatch:
         """The watch of ``worker``'s queues, reporting to ``metrics`` (if any)."""
         override = Settings.from_env().management_url
         management = None if override == OFF else Management.for_broker(worker.url, override)
-        return cls(worker.topology, management, metrics)
+        return cls(worker.topology, management, metrics, lambda: worker.keeper.redeclared)
 
     async def _get(self, name: str, attempts: int = 5) -> Any:
         """The management API's view of queue ``name`` ({} if it does not exist)."""
@@ -157,9 +167,16 @@ class QueueWatch:
             for name, count in held.items():
                 self.metrics.held_by_broker(name, count)
 
-    async def run(self, ready: asyncio.Event, interval: float = CHECK_INTERVAL) -> None:
-        """Once ``ready`` is set (the worker consumes), check every ``interval`` seconds
-        until cancelled; a round that fails unexpectedly is logged and the next one runs."""
+    async def run(
+        self,
+        ready: asyncio.Event,
+        interval: float = CHECK_INTERVAL,
+        look_after: float = LOOK_AFTER_REDECLARE,
+    ) -> None:
+        """Once ``ready`` is set (the worker consumes), check every ``interval`` seconds,
+        and ``look_after`` seconds after the worker declared its queues again (a queue
+        was deleted: retries may be held), until cancelled; a round that fails
+        unexpectedly is logged and the next one runs."""
         await ready.wait()
         while True:
             try:
@@ -168,7 +185,12 @@ class QueueWatch:
                 raise
             except Exception:
                 log.exception("could not check the queues of %s", self.dlq)
-            await asyncio.sleep(interval)
+            seen, waited = self.redeclared(), 0.0
+            while waited < interval and self.redeclared() == seen:
+                await asyncio.sleep(min(1.0, interval))
+                waited += min(1.0, interval)
+            if self.redeclared() != seen:
+                await asyncio.sleep(look_after)
 
 
 def held_by_broker(queue: Mapping[str, Any]) -> int:

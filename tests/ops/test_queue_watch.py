@@ -86,3 +86,28 @@ def test_held_dead_letters_are_messages_neither_ready_nor_unacked():
     counts = {"messages": 30, "messages_ready": 2, "messages_unacknowledged": 3}
     assert held_by_broker(counts) == 25
     assert held_by_broker({"messages": 30}) == 0  # statistics not collected yet
+
+
+async def test_a_redeclare_brings_the_next_look_forward():
+    import asyncio
+
+    api, redeclared = StandIn(), [0]
+    watch = QueueWatch(TOPOLOGY, api, None, lambda: redeclared[0])  # type: ignore[arg-type]
+    rounds: list[int] = []
+    look = watch.round
+
+    async def counted() -> None:
+        rounds.append(1)
+        await look()
+
+    watch.round = counted  # type: ignore[method-assign]
+    ready = asyncio.Event()
+    ready.set()
+    task = asyncio.create_task(watch.run(ready, interval=3600, look_after=0.1))
+    await asyncio.sleep(0.2)
+    assert len(rounds) == 1  # at start; the next would be an hour away
+    redeclared[0] += 1  # a queue was deleted and declared again
+    await asyncio.sleep(1.5)
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    assert len(rounds) == 2
