@@ -6,8 +6,10 @@ headers, and how it enforces ``consumer_timeout``. Every such fact lives here, k
 by the version the broker announces in its ``connection.start`` server properties,
 so that the worker, the DLQ tools and ``rabbitq doctor`` decide from one table.
 
-Which facts were measured on this project's RabbitMQ 3.10.8 and which rest on
-RabbitMQ's documentation alone: docs/reliability.md, "Broker versions".
+Each fact says where it comes from (:data:`FACT_ROWS`): verified here on RabbitMQ
+3.10.8, or resting on RabbitMQ's documentation and release notes alone. The table in
+docs/reliability.md ("Broker versions") is generated from :data:`FACT_ROWS`
+(``scripts/reliability.py --broker-facts``), so the facts live in this module only.
 """
 
 from __future__ import annotations
@@ -120,9 +122,28 @@ class BrokerFacts:
     """What the broker does to a consumer whose delivery outlived ``consumer_timeout``."""
     native_delayed_retry: bool
     """Whether quorum queues can delay a requeued message themselves (4.3+)."""
+    consumer_timeout_queue_types: tuple[str, ...] = ("classic", "quorum")
+    """The queue types whose consumers ``consumer_timeout`` applies to (4.3: quorum only)."""
+    per_consumer_timeout: bool = False
+    """Whether the ``x-consumer-timeout`` consumer argument sets a consumer's own timeout
+    (3.12+; older brokers accept and ignore it)."""
+    global_qos_refused: bool = False
+    """Whether ``basic.qos`` with ``global=true`` is a channel error (4.3+)."""
+    transient_queues_refused: bool = False
+    """Whether declaring a non-durable, non-exclusive queue is refused (4.3+, by default)."""
+    queue_mode_refused: bool = False
+    """Whether a declare with ``x-queue-mode`` (any value) fails (4.3+: CQv1 removed)."""
+    quorum_priorities: str = "none"
+    """How a quorum queue orders by message priority."""
     measured: bool
     """Whether this series was measured on this project's machine (3.10.8), rather
     than taken from RabbitMQ's documentation."""
+
+    @property
+    def nack_counts(self) -> bool:
+        """Whether ``basic.nack`` with requeue raises a quorum queue's delivery count
+        (before 4.3); ``basic.reject`` with requeue raises it on every version."""
+        return "returns" in self.delivery_count_counts
 
     @property
     def reads_count_toward_limit(self) -> bool:
@@ -149,6 +170,7 @@ def facts_for(version: BrokerVersion | None) -> BrokerFacts:
             consumer_timeout_action="channel close",
             native_delayed_retry=False,
             measured=version is not None and (version.major, version.minor) == (3, 10),
+            per_consumer_timeout=version is not None and (version.major, version.minor) >= (3, 12),
         )
     if series == "4.0-4.2":
         return BrokerFacts(
@@ -162,12 +184,15 @@ def facts_for(version: BrokerVersion | None) -> BrokerFacts:
             consumer_timeout_action="channel close",
             native_delayed_retry=False,
             measured=False,
+            per_consumer_timeout=True,
+            quorum_priorities="2 levels (normal 0-4, high 5+)",
         )
     return BrokerFacts(
         version=version,
         series=series,
         # 4.3 counts only what signals a failed processing: basic.reject, and the
-        # returns of a closed channel; basic.nack(requeue) no longer counts.
+        # returns of a closed channel or lost connection; basic.nack(requeue) and
+        # consumer timeouts no longer count.
         delivery_count_counts=("channel closes", "rejects with requeue"),
         default_delivery_limit=20,
         limit_below_one_drops=False,
@@ -176,7 +201,133 @@ def facts_for(version: BrokerVersion | None) -> BrokerFacts:
         consumer_timeout_action="basic.cancel",
         native_delayed_retry=True,
         measured=False,
+        consumer_timeout_queue_types=("quorum",),
+        per_consumer_timeout=True,
+        global_qos_refused=True,
+        transient_queues_refused=True,
+        queue_mode_refused=True,
+        quorum_priorities="strict levels 0-31 (no x-max-priority)",
     )
+
+
+@dataclass(frozen=True, kw_only=True)
+class FactRow:
+    """One row of the broker facts table: what each series does, and on what it rests."""
+
+    fact: str
+    values: tuple[str, str, str]
+    """3.10-3.13, 4.0-4.2, 4.3."""
+    verified: str
+    """What was verified on this project's RabbitMQ 3.10.8, and how ("no": nothing)."""
+    docs: str
+    """The RabbitMQ documentation or release notes the rest rests on."""
+
+
+FACT_ROWS: tuple[FactRow, ...] = (
+    FactRow(
+        fact="what counts toward a quorum queue's `x-delivery-limit`",
+        values=(
+            "every return (nack/reject with requeue, a closed channel or connection)",
+            "every return",
+            "`basic.reject` with requeue and the returns of a closed channel or lost "
+            "connection; `basic.nack` with requeue and consumer timeouts do not count",
+        ),
+        verified="yes: the crash-loop rows above",
+        docs='4.x: "Quorum Queues" (poison message handling), "Negative Acknowledgements" '
+        "(4.3), rabbitmq-server discussion #18226",
+    ),
+    FactRow(
+        fact="default delivery limit of a quorum queue",
+        values=("none", "20", "20"),
+        verified="yes (none)",
+        docs='RabbitMQ 4.0 release notes, "Negative Acknowledgements" (4.3)',
+    ),
+    FactRow(
+        fact="`x-delivery-limit` 0 or -1",
+        values=(
+            "the message is dead-lettered (or dropped) at its first return",
+            "-1: no limit",
+            "-1: no limit",
+        ),
+        verified="yes (issue 11's loss-path tests)",
+        docs='"Quorum Queues"',
+    ),
+    FactRow(
+        fact="who owns `x-` headers",
+        values=(
+            "3.10-3.12: clients may set them (the broker interprets a client's `x-death`); "
+            "3.13: the broker ignores client-set ones",
+            "the broker",
+            "the broker",
+        ),
+        verified="yes (3.10: a client's `x-death` is interpreted)",
+        docs='rabbitmq-server PR #11339 ("x-headers belong to the broker" since 3.13)',
+    ),
+    FactRow(
+        fact="a delivery past `consumer_timeout`",
+        values=(
+            "the channel is closed (PRECONDITION_FAILED)",
+            "the channel is closed",
+            "`basic.cancel` to clients that support consumer cancel notifications, else a "
+            "closed channel (`consumer_timeout_response`)",
+        ),
+        verified="yes (tests/integration/worker/test_consumer_timeout.py)",
+        docs="RabbitMQ 4.3.7 release notes",
+    ),
+    FactRow(
+        fact="queues whose consumers `consumer_timeout` applies to",
+        values=("classic and quorum", "classic and quorum", "quorum only"),
+        verified="yes (classic and quorum)",
+        docs="RabbitMQ 4.3.0 release notes",
+    ),
+    FactRow(
+        fact="`x-consumer-timeout` consumer argument (one consumer's own timeout)",
+        values=(
+            "3.10-3.11: accepted and ignored; 3.12+: honoured",
+            "honoured",
+            "honoured",
+        ),
+        verified="accepted and ignored by 3.10.8 "
+        "(tests/integration/worker/test_consumer_timeout.py)",
+        docs='"Delivery Acknowledgement Timeout" (3.12+), rabbitmq-server #5437',
+    ),
+    FactRow(
+        fact="`basic.qos` with `global=true`",
+        values=("accepted", "accepted", "a channel error"),
+        verified="accepted by 3.10.8",
+        docs="RabbitMQ 4.3.0 release notes (deprecated features denied by default)",
+    ),
+    FactRow(
+        fact="a non-durable, non-exclusive (transient) queue",
+        values=("accepted", "accepted (deprecated)", "refused by default"),
+        verified="no",
+        docs="RabbitMQ 4.3.0 release notes (`deprecated_features.permit.transient_nonexcl_queues`)",
+    ),
+    FactRow(
+        fact="`x-queue-mode` queue argument",
+        values=("accepted", "accepted, no effect", "the declare fails"),
+        verified="no",
+        docs="RabbitMQ 4.3.0 release notes (classic queue v1 storage removed)",
+    ),
+    FactRow(
+        fact="message priority on a quorum queue",
+        values=(
+            "ignored",
+            "2 levels (0-4 normal, 5+ high)",
+            "strict levels 0-31, no `x-max-priority`",
+        ),
+        verified="no",
+        docs="RabbitMQ 4.0 and 4.3 release notes",
+    ),
+    FactRow(
+        fact="broker-side delayed retry on quorum queues",
+        values=("no", "no", "yes (queue argument or policy)"),
+        verified="yes (none on 3.10)",
+        docs='RabbitMQ 4.3.0 release notes ("Quorum queue delayed retry")',
+    ),
+)
+"""The table in docs/reliability.md ("Broker versions"): the human statement of the facts
+:func:`facts_for` encodes, with what each rests on."""
 
 
 def describe(facts: BrokerFacts) -> list[str]:
@@ -193,6 +344,14 @@ def describe(facts: BrokerFacts) -> list[str]:
         f"{limit}; {', '.join(facts.delivery_count_counts)} count toward it",
         f"a delivery past consumer_timeout gets a {facts.consumer_timeout_action}",
     ]
+    if not facts.nack_counts:
+        lines.append(
+            "basic.nack and consumer timeouts do not raise the delivery count; basic.reject "
+            "does (rabbitq rejects only where a failure must count)"
+        )
+    if facts.consumer_timeout_queue_types != ("classic", "quorum"):
+        types = " and ".join(facts.consumer_timeout_queue_types)
+        lines.append(f"consumer_timeout applies to {types} queues only")
     if facts.limit_below_one_drops:
         lines.append("x-delivery-limit 0 or -1 drops a message at its first return")
     if facts.broker_owns_x_headers:

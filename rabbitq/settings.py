@@ -21,6 +21,7 @@ TLS_CA_ENV = "RABBITQ_TLS_CA"
 TLS_CERT_ENV = "RABBITQ_TLS_CERT"
 TLS_KEY_ENV = "RABBITQ_TLS_KEY"
 CONSUMER_TIMEOUT_ENV = "RABBITQ_CONSUMER_TIMEOUT"
+MANAGEMENT_URL_ENV = "RABBITQ_MANAGEMENT_URL"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -82,11 +83,14 @@ class Settings:
     url: str = DEFAULT_URL
     tls: TLS = field(default_factory=TLS)
     consumer_timeout: float | None = None
+    management_url: str | None = None
+    """RabbitMQ's management API (None: ``http://<broker host>:15672``; ``off``: not used)."""
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
         """Read ``$RABBITQ_URL`` (default: the local broker as guest), ``$RABBITQ_TLS_CA``,
-        ``$RABBITQ_TLS_CERT``, ``$RABBITQ_TLS_KEY`` and ``$RABBITQ_CONSUMER_TIMEOUT``."""
+        ``$RABBITQ_TLS_CERT``, ``$RABBITQ_TLS_KEY``, ``$RABBITQ_CONSUMER_TIMEOUT`` and
+        ``$RABBITQ_MANAGEMENT_URL``."""
         env = os.environ if environ is None else environ
         return cls(
             url=env.get(URL_ENV) or DEFAULT_URL,
@@ -96,6 +100,7 @@ class Settings:
                 key=env.get(TLS_KEY_ENV) or None,
             ),
             consumer_timeout=_seconds(CONSUMER_TIMEOUT_ENV, env.get(CONSUMER_TIMEOUT_ENV)),
+            management_url=env.get(MANAGEMENT_URL_ENV) or None,
         )
 
 

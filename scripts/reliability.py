@@ -4,6 +4,8 @@
     .venv/bin/python scripts/reliability.py --quick    # the test suite's counts
     .venv/bin/python scripts/reliability.py --out docs/reliability.md   # refresh the docs
     .venv/bin/python scripts/reliability.py --loss-paths   # only issue 11's table, ~4 min
+    .venv/bin/python scripts/reliability.py --broker-facts --out docs/reliability.md
+                                                   # only the broker facts table (no broker)
 
 It writes to a new file in the temporary directory unless ``--out`` says where, so that
 a run (a quick one in particular) never overwrites the committed docs/reliability.md by
@@ -33,6 +35,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from rabbitq.brokers import FACT_ROWS  # noqa: E402
 from tests.broker_node import BrokerNode  # noqa: E402
 from tests.chaos import cluster_scenarios, loss_paths, scenarios  # noqa: E402
 from tests.chaos.scenarios import Result, Speed  # noqa: E402
@@ -166,6 +169,29 @@ def splice_loss(text: str, table: str) -> str:
     return head + table + tail
 
 
+BROKER_BEGIN = "<!-- broker-facts:begin -->"
+BROKER_END = "<!-- broker-facts:end -->"
+
+
+def render_broker_facts() -> str:
+    """The broker facts table (``rabbitq.brokers.FACT_ROWS``), between the markers."""
+    rows = [
+        BROKER_BEGIN,
+        "| fact | 3.10-3.13 | 4.0-4.2 | 4.3 | verified here on 3.10.8 | RabbitMQ docs |",
+        "|---|---|---|---|---|---|",
+    ]
+    rows += [f"| {r.fact} | {' | '.join(r.values)} | {r.verified} | {r.docs} |" for r in FACT_ROWS]
+    rows.append(BROKER_END)
+    return "\n".join(rows)
+
+
+def splice_broker_facts(text: str) -> str:
+    """``text`` with its broker facts table rendered afresh."""
+    head, _, rest = text.partition(BROKER_BEGIN)
+    _, _, tail = rest.partition(BROKER_END)
+    return head + render_broker_facts() + tail
+
+
 async def run_cluster(cluster: Cluster, workdir: Path, quick: bool) -> list[Result]:
     """The 3-node cluster scenario: kill -9 of the worker's node, then of the leader."""
     results = []
@@ -268,6 +294,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--loss-paths", action="store_true", help="only the loss paths of issue 11 (~4 min)"
     )
+    parser.add_argument(
+        "--broker-facts", action="store_true", help="only the broker facts table (no broker)"
+    )
     args = parser.parse_args(argv)
     if args.out is None:
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
@@ -277,6 +306,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main() -> None:
     args = parse_args()
+    if args.broker_facts:
+        base = args.out if args.out.exists() else ROOT / "docs" / "reliability.md"
+        args.out.write_text(splice_broker_facts(base.read_text()))
+        print(f"wrote the broker facts table to {args.out}")
+        return
     if args.loss_paths:
         logging.basicConfig(level=logging.CRITICAL)
         # The loss-path table is spliced into the committed page (or into --out if it
@@ -300,7 +334,7 @@ def main() -> None:
         with Cluster.started("rabbitq-reliability-cluster") as cluster:
             results += asyncio.run(run_cluster(cluster, Path(tmp), args.quick))
     text = render(results, speeds, quick=args.quick, took=time.monotonic() - began)
-    text = splice_loss(text, render_loss(loss))
+    text = splice_broker_facts(splice_loss(text, render_loss(loss)))
     results += loss
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(text)

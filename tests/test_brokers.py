@@ -121,3 +121,51 @@ def test_every_x_header_belongs_to_the_broker_and_rabbitqs_own_do_not():
     assert all(broker_owned(h) for h in BROKER_HEADERS)
     assert broker_owned("X-Custom-Thing")
     assert not broker_owned("rabbitq-attempt") and not broker_owned("traceparent")
+
+
+# -- RabbitMQ 4.3, from recorded server properties (no 4.3 broker runs here) --------
+
+
+def test_recorded_server_properties_give_each_series_its_facts():
+    from tests.server_properties import RABBITMQ_3_10_8, RABBITMQ_4_3_0
+
+    old = facts_for(version_from_server_properties(RABBITMQ_3_10_8))
+    new = facts_for(version_from_server_properties(RABBITMQ_4_3_0))
+    assert old.measured and old.nack_counts and not old.per_consumer_timeout
+    assert not (old.global_qos_refused or old.transient_queues_refused or old.queue_mode_refused)
+    assert new.series == "4.3+" and not new.measured
+    assert not new.nack_counts and "rejects with requeue" in new.delivery_count_counts
+    assert new.consumer_timeout_queue_types == ("quorum",) and new.per_consumer_timeout
+    assert new.global_qos_refused and new.transient_queues_refused and new.queue_mode_refused
+    assert "0-31" in new.quorum_priorities
+
+
+def test_4_3_is_described_with_what_nack_and_reject_do_and_where_timeouts_apply():
+    from tests.server_properties import RABBITMQ_4_3_0
+
+    lines = describe(facts_for(version_from_server_properties(RABBITMQ_4_3_0)))
+    assert any("basic.nack" in line and "basic.reject does" in line for line in lines)
+    assert "consumer_timeout applies to quorum queues only" in lines
+    assert not any("basic.nack" in line for line in describe(facts_for(BrokerVersion(3, 10, 8))))
+
+
+def test_every_fact_says_whether_it_was_verified_here_and_which_docs_it_rests_on():
+    from rabbitq.brokers import FACT_ROWS
+
+    assert len({row.fact for row in FACT_ROWS}) == len(FACT_ROWS)
+    for row in FACT_ROWS:
+        assert row.verified and row.docs and all(row.values), row.fact
+        assert row.verified.startswith(("yes", "no", "accepted")), row.fact
+
+
+def test_the_docs_table_of_broker_facts_is_generated_from_the_module():
+    import importlib.util
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("reliability", root / "scripts/reliability.py")
+    assert spec is not None and spec.loader is not None
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    docs = (root / "docs/reliability.md").read_text()
+    assert script.render_broker_facts() in docs, "run scripts/reliability.py --broker-facts"

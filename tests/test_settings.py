@@ -157,3 +157,12 @@ def test_a_tls_key_without_its_certificate_is_an_error():
 
     with pytest.raises(ConfigurationError, match="key was given without its certificate"):
         TLS(key="/etc/client.key").context()
+
+
+def test_the_management_api_is_read_from_the_environment_and_can_be_turned_off():
+    from rabbitq.settings import Settings
+
+    url = "http://rabbit:15672"
+    assert Settings.from_env({"RABBITQ_MANAGEMENT_URL": url}).management_url == url
+    assert Settings.from_env({"RABBITQ_MANAGEMENT_URL": "off"}).management_url == "off"
+    assert Settings.from_env({}).management_url is None

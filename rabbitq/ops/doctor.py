@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from ..app import Handler
 from ..brokers import BrokerFacts, describe
+from ..droprisk import DropRisk, drop_risks
 from ..topology import DLQ_DELIVERY_LIMIT, QueueSpec, Topology, delay_label
+from ..worker.consumer_args import consumer_arguments, enforced_timeout
 from ..worker.limits import DEFAULT_CONSUMER_TIMEOUT, timeout_problems
 
 Level = Literal["info", "warning", "danger"]
@@ -85,6 +87,9 @@ def diagnose(facts: Facts) -> list[Finding]:
     for spec in facts.topology.queues:
         state = facts.queues.get(spec.name)
         if state is not None and state.exists:
+            if spec.kind == "dlq":  # what drops dead letters: rabbitq.droprisk's dangers
+                drops, state = _dlq_drops(spec, state)
+                findings += drops
             findings += _policy(spec, state, facts.broker)
     return findings
 
@@ -186,10 +191,14 @@ def _queues(facts: Facts) -> list[Finding]:
                     topic="queues",
                     message=f"{spec.name} holds {state.stuck} dead-lettered message(s) it has "
                     f"not handed on to {_target(spec, facts.topology)}: no worker can reach "
-                    f"them (seen on RabbitMQ 3.10.8 after a quorum queue's leader died)",
-                    fix="upgrade RabbitMQ past the at-least-once dead-letter worker fixes "
-                    "(rabbitmq-server PR #7677, backported to 3.10.x); restarting the "
-                    "queue's leader node may free them (not verified here)",
+                    f"them until the broker sends them again (its target was missing when "
+                    f"they were dead-lettered: about 3 minutes, measured on 3.10.8; or the "
+                    f"queue's leader died: seen to last on 3.10.8)",
+                    fix="a policy change on the queue sends them at once (rabbitmqctl "
+                    f"set_policy rabbitq-touch '^{_regex(spec.name)}$' '{{\"max-length\":"
+                    "1000000000}' --apply-to queues, then clear_policy rabbitq-touch); if "
+                    "they stay, upgrade RabbitMQ past the at-least-once dead-letter worker "
+                    "fixes (rabbitmq-server PR #7677, backported to 3.10.x)",
                 )
             )
         for drift in _drift(spec, state):
@@ -311,6 +320,12 @@ def _timeouts(facts: Facts) -> list[Finding]:
         per_queue = main.effective_policy.get("consumer-timeout")
         if isinstance(per_queue, int) and per_queue > 0:
             timeout = per_queue / 1000
+    broker, queue_type = facts.broker, facts.topology.main.arguments.get("x-queue-type")
+    asked = consumer_arguments(facts.handlers, consumer_timeout=timeout)  # as the worker does
+    timeout = enforced_timeout(configured=timeout, arguments=asked,
+                               queue_type=queue_type or "classic",
+                               timeout_queue_types=broker.consumer_timeout_queue_types,
+                               per_consumer_timeout=broker.per_consumer_timeout)  # fmt: skip
     action = facts.broker.consumer_timeout_action
     findings = [
         Finding(
@@ -418,6 +433,33 @@ def _policy(spec: QueueSpec, state: QueueState, broker: BrokerFacts) -> list[Fin
                 _dlq_limit_fix(spec.name, broker),
             )
     return findings
+
+
+def _dlq_drops(spec: QueueSpec, state: QueueState) -> tuple[list[Finding], QueueState]:
+    """A danger per DLQ setting that drops dead letters, and the state without those
+    settings for :func:`_policy` (which says the rest: limits that refuse, reads)."""
+    arguments = state.arguments if state.arguments is not None else spec.arguments
+    risks = drop_risks(arguments, state.effective_policy, policy=state.policy,
+                       operator_policy=state.operator_policy)  # fmt: skip
+    findings = [
+        Finding(level="danger", topic="policies", message=f"{spec.name} drops dead letters: {r}",
+                fix=_drop_fix(r))
+        for r in risks
+    ]  # fmt: skip
+    said = {r.setting for r in risks} | {"message-ttl", "expires"}
+    rest = {k: v for k, v in state.effective_policy.items() if k not in said}
+    return findings, replace(state, effective_policy=rest)
+
+
+def _drop_fix(risk: DropRisk) -> str:
+    where = f"the {risk.source}" if risk.source != "argument" else "the queue's arguments"
+    moved = f"or give {where} a dead-letter target (dead-letter-exchange, -routing-key)"
+    if risk.setting == "expires":
+        return f"remove expires from {where} (the queue itself is deleted)"
+    if risk.setting == "message-ttl":
+        return f"remove message-ttl from {where}, {moved}"
+    return (f'add "overflow": "reject-publish" to {where} (the worker then holds what does '
+            f"not fit), remove the limit, {moved}")  # fmt: skip
 
 
 def _regex(name: str) -> str:

@@ -74,6 +74,7 @@ class _Server(ThreadingHTTPServer):
     registry: CollectorRegistry
     live: Probe
     ready: Probe
+    detail: Probe | None
 
 
 class _IPv6Server(_Server):
@@ -90,7 +91,7 @@ class _Handler(BaseHTTPRequestHandler):
         elif path == "/healthz":
             self._probe(self.server.live, "ok")
         elif path == "/readyz":
-            self._probe(self.server.ready, "ready")
+            self._probe(self.server.ready, "ready", self.server.detail)
         elif path == "/":
             self._send(200, _INDEX)
         else:
@@ -106,14 +107,15 @@ class _Handler(BaseHTTPRequestHandler):
             return
         self._send(200, body, content_type)
 
-    def _probe(self, probe: Probe, ok: str) -> None:
+    def _probe(self, probe: Probe, ok: str, detail: Probe | None = None) -> None:
         try:
             reason = probe()
         except Exception as exc:
             log.exception("probe failed")
             reason = f"probe failed: {type(exc).__name__}"
-        if reason is None:
-            self._send(200, f"{ok}\n".encode())
+        if reason is None:  # ready, with what a ready worker should still say (detail)
+            said = detail() if detail is not None else None
+            self._send(200, f"{ok}{'; ' + said if said else ''}\n".encode())
         else:
             self._send(503, f"{reason}\n".encode())
 
@@ -141,10 +143,12 @@ class EndpointServer:
         ready: Probe,
         port: int,
         bind: str = DEFAULT_BIND,
+        detail: Probe | None = None,
     ) -> None:
         self.registry = registry
         self.live = live
         self.ready = ready
+        self.detail = detail  # said after "ready" on a 200 from /readyz
         self.bind = bind
         self.port = port
         self._server: _Server | None = None
@@ -160,6 +164,7 @@ class EndpointServer:
                 f"cannot serve metrics on {self.bind}:{self.port}: {exc.strerror or exc}"
             ) from exc
         server.registry, server.live, server.ready = self.registry, self.live, self.ready
+        server.detail = self.detail
         self.port = server.server_address[1]
         self._server = server
         self._thread = threading.Thread(
@@ -220,8 +225,9 @@ async def serve_metrics(
     metrics.expect(worker.app)
     heartbeat = Heartbeat(stall_after)
     server = EndpointServer(
-        metrics.registry, live=heartbeat.stalled, ready=metrics.not_ready, port=port, bind=bind
-    )
+        metrics.registry, live=heartbeat.stalled, ready=metrics.not_ready, port=port, bind=bind,
+        detail=metrics.ready_detail,
+    )  # fmt: skip
     server.start()
     log.info(
         "serving metrics on %s (and /healthz, /readyz; listening on %s:%d)",

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING
 
@@ -220,6 +220,22 @@ class Metrics(Hooks):
             registry=r,
             multiprocess_mode="livesum",
         )
+        self.dlq_drop_risk = Gauge(
+            "rabbitq_dlq_drop_risk",
+            "Settings of the DLQ that make the broker drop dead letters (0: none; absent: "
+            "not checked, no management API).",
+            ["queue"],
+            registry=r,
+            multiprocess_mode="livemax",
+        )
+        self.held_by_broker_gauge = Gauge(
+            "rabbitq_dead_letters_held_by_broker",
+            "Dead letters a quorum queue holds because their target was missing (sent again "
+            "on the broker's timer); absent: not checked, no management API.",
+            ["queue"],
+            registry=r,
+            multiprocess_mode="livemax",
+        )
         self.info = Gauge(
             "rabbitq_info",
             "Always 1; the version label is rabbitq's version.",
@@ -232,6 +248,7 @@ class Metrics(Hooks):
         self.blocked_gauge.set(0)
         self._blocked: str | None = None
         self._held: dict[str, str] = {}
+        self._drops: dict[str, str] = {}  # DLQ -> what drops its messages (rabbitq.droprisk)
         # Readiness; replaced, never mutated, so another thread can read it safely.
         self._connected = False
         self._consuming_queues: dict[str, bool] = {}
@@ -400,6 +417,24 @@ class Metrics(Hooks):
         rest = {q: why for q, why in self._held.items() if q != queue}
         self._held = {**rest, queue: reason} if held and reason else rest
         self.held_gauge.labels(queue).set(held)
+
+    def dlq_checked(self, queue: str, risks: Sequence[object] | None) -> None:
+        """The DLQ ``queue`` was checked (``rabbitq.ops.queue_watch``): ``risks`` are the
+        settings that drop its messages (None: not known)."""
+        if risks is None:
+            return
+        rest = {q: why for q, why in self._drops.items() if q != queue}
+        line = f"{queue} drops messages: " + "; ".join(map(str, risks))
+        self._drops = {**rest, queue: line} if risks else rest
+        self.dlq_drop_risk.labels(queue).set(len(risks))
+
+    def held_by_broker(self, queue: str, held: int) -> None:
+        """``queue`` holds ``held`` dead letters it could not hand on (its target was missing)."""
+        self.held_by_broker_gauge.labels(queue).set(held)
+
+    def ready_detail(self) -> str | None:
+        """What a ready worker's ``/readyz`` adds after "ready" (a DLQ that drops)."""
+        return "; ".join(self._drops.values()) or None
 
     def topology_redeclared(self, queue: str, reason: str) -> None:
         self.redeclared_total.labels(queue, reason).inc()

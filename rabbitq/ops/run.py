@@ -12,6 +12,7 @@ supervisor's multiprocess directory.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import sys
@@ -25,7 +26,7 @@ from ..app import load_app
 from ..settings import TLS, url_password
 from ..worker.handler_pool import THREAD_PREFIX as HANDLER_THREAD_PREFIX
 from ..worker.lifecycle import DEFAULT_GRACE_PERIOD, Worker
-from . import logs, loop
+from . import logs, loop, queue_watch
 from .endpoints import DEFAULT_BIND, serve_metrics
 from .metrics import DEFAULT_SAMPLE_INTERVAL, Metrics, sample_queues
 from .status import REPORT_INTERVAL, state_code
@@ -100,7 +101,8 @@ def run(spec: WorkerSpec, *, child: Child | None = None) -> None:
         metrics.expect(worker.app)  # (serve_metrics does it in a single process)
         for handler in logging.getLogger().handlers:
             handler.filters.insert(0, _Prefix(child.number))
-    loop.run(_serve(worker, metrics, spec, child), loop=spec.loop)
+    serving = functools.partial(_serve, worker, metrics, spec, child)
+    loop.run(queue_watch.alongside(serving, worker, metrics), loop=spec.loop)  # and its queues
     if spec.exit_if_stuck:
         exit_if_handlers_stuck()
 

@@ -175,6 +175,20 @@ class Acker:
             self._schedule()
         return ok
 
+    async def reject(self, tag: int) -> bool:
+        """Return ``tag`` to the queue with ``basic.reject`` (requeue) now: unlike a nack,
+        it raises a quorum queue's delivery count on RabbitMQ 4.3 too. False if it could
+        not be sent."""
+        try:
+            await self.channel.basic_reject(tag, requeue=True)
+            ok = True
+        except Exception:
+            ok = False
+        self._ledger.settled(tag)  # the reject frame is queued: later acks come after it
+        if self._ledger.pending:
+            self._schedule()
+        return ok
+
     async def flush(self) -> None:
         """Send every ack recorded so far (before closing the channel)."""
         if self._timer is not None:

@@ -26,7 +26,7 @@ from collections.abc import Callable
 
 from aio_pika.abc import AbstractRobustChannel, AbstractRobustConnection
 
-from ..hooks import Hooks
+from ..hooks import CONSUMER_CANCELLED, Hooks
 from ..topology import Topology, declare
 from .copies import COPY_DEADLINE, close_later
 
@@ -35,6 +35,12 @@ log = logging.getLogger("rabbitq.worker")
 QUORUM_REDECLARE_WAIT = 0.5
 """Seconds between noticing that a queue of a quorum topology went away and declaring
 it again (see the module docstring)."""
+HELD_RETRIES = (
+    "retries whose delay ran out while %r was missing (at least %gs) are held by RabbitMQ, "
+    "not lost: it sends them again about 3 minutes later (quorum at-least-once "
+    "dead-lettering; a policy change on the retry queue sends them at once); "
+    "rabbitq_dead_letters_held_by_broker counts them where the management API answers"
+)
 
 
 class Keeper:
@@ -78,6 +84,8 @@ class Keeper:
             queue,
             reason.replace("_", " "),
         )
+        if self.redeclare_wait and reason == CONSUMER_CANCELLED:
+            log.warning(HELD_RETRIES, queue, self.redeclare_wait)
         self._hooks.topology_redeclared(queue, reason)
 
     async def open_copy_channel(self) -> None:

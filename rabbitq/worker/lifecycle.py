@@ -40,7 +40,7 @@ from ..retry import DeadLetter, Retry
 from ..settings import TLS, Settings, redact_url
 from ..topology import Topology, declare
 from ..tracing.base import NO_DELIVERY, DeliverySpan
-from . import dispatch, limits, outcome_log
+from . import consumer_args, dispatch, limits, outcome_log
 from .acks import Acker
 from .admission import Admission
 from .copies import CopyStore, copy_of, report_copied
@@ -54,8 +54,7 @@ log = logging.getLogger("rabbitq.worker")
 
 DEFAULT_GRACE_PERIOD = 30.0
 CLOSE_TIMEOUT = 5.0  # closing waits at most this long (0.5 s while the broker blocks us)
-# After a copy failed (connection lost), wait this long before returning the message.
-REQUEUE_BACKOFF = 1.0
+REQUEUE_BACKOFF = 1.0  # after a copy failed (connection lost), wait before returning it
 
 
 class Worker:
@@ -151,8 +150,7 @@ class Worker:
         self._connection.close_callbacks.add(self._on_connection_lost)
         self._connection.reconnect_callbacks.add(self._on_reconnected)
         self.hooks.connection_changed(True)
-        limits.check_timeouts(self._handlers, self.consumer_timeout, self.admission.broker_prefetch)
-        brokers.log_broker(self._connection)  # the broker version, and what it means here
+        self._consumer_args = consumer_args.at_start(self, brokers.log_broker(self._connection))
         try:
             self._consume_channel = await self._connection.channel(publisher_confirms=False)
             await self._consume_channel.set_qos(prefetch_count=self.admission.broker_prefetch)
@@ -261,7 +259,8 @@ class Worker:
             return  # resumed when no message is held any more
         assert self._consume_channel is not None
         channel = await self._consume_channel.get_underlay_channel()
-        ok = await channel.basic_consume(self._queue_name, self._on_delivery)
+        args = self._consumer_args
+        ok = await channel.basic_consume(self._queue_name, self._on_delivery, arguments=args)
         channel.on_consumer_cancel_callbacks.add(self._on_consumer_cancelled)
         self._consuming_on, self._consumer_tag = channel, ok.consumer_tag
 
@@ -435,7 +434,7 @@ class Worker:
         except Exception:  # a bug must not leave a delivery unsettled until the channel dies
             log.exception("could not settle message %s; returning it", delivery.message_id or "-")
             await asyncio.sleep(REQUEUE_BACKOFF)
-            await self._nack(delivery, type_name, acker)
+            await self._nack(delivery, type_name, acker, failed=True)  # counted, on 4.3 too
             span.end("requeued")
 
     async def _settle(
@@ -490,8 +489,10 @@ class Worker:
         assert (channel := self.keeper.copy_channel) is not None
         await send_follow_ups(channel, self.app.exchange, follow_ups, self.hooks, self.app.tracing)
 
-    async def _nack(self, delivery: Incoming, type_name: str, acker: Acker) -> None:
-        if not await acker.nack(delivery.delivery_tag):
+    async def _nack(
+        self, delivery: Incoming, type_name: str, acker: Acker, failed: bool = False
+    ) -> None:
+        if not await (acker.reject if failed else acker.nack)(delivery.delivery_tag):
             log.warning(
                 "could not return message %s: the broker will redeliver it",
                 delivery.message_id or "(no message_id)",

@@ -154,6 +154,17 @@ def test_handler_timeouts_past_consumer_timeout_are_warned_with_the_versions_res
     assert levels(diagnose(facts(consumer_timeout=600)), "timeouts") == ["info"]
 
 
+def test_on_4_3_a_slow_handler_gets_its_own_consumer_timeout_and_classic_queues_none():
+    slow = make_app(timeout=2700)  # 45 minutes against the default 30
+    assert levels(diagnose(facts(app=slow, version="3.10.8")), "timeouts") == ["warning"]
+    # the worker asks for x-consumer-timeout, which 3.12+ honours
+    assert levels(diagnose(facts(app=slow, version="4.3.0")), "timeouts") == ["info"]
+    # 4.3 enforces consumer_timeout on quorum queues only
+    unbounded = make_app(queue_type="classic", timeout=None)
+    assert levels(diagnose(facts(app=unbounded, version="4.3.0")), "timeouts") == []
+    assert levels(diagnose(facts(app=unbounded, version="4.2.0")), "timeouts") == ["warning"]
+
+
 def test_a_per_queue_consumer_timeout_policy_is_used():
     f = with_queue(facts(), "orders", effective_policy={"consumer-timeout": 10_000})
     assert levels(diagnose(f), "timeouts") == ["warning"]  # 30 s handler, 10 s limit
@@ -222,7 +233,7 @@ def test_dead_letters_a_retry_queue_holds_but_does_not_hand_on_are_a_danger():
     found = [x for x in diagnose(f) if x.topic == "queues"]
     assert [x.level for x in found] == ["danger"]
     assert "437 dead-lettered message(s) it has not handed on to orders" in found[0].message
-    assert "upgrade RabbitMQ" in found[0].fix
+    assert "upgrade RabbitMQ" in found[0].fix and "set_policy rabbitq-touch" in found[0].fix
 
 
 def test_the_dlq_limit_rabbitq_declares_is_no_danger_on_3_10_or_4_x():

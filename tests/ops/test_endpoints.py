@@ -47,6 +47,20 @@ def test_metrics_healthz_and_readyz_answer_from_the_registry_and_probes():
         server.close()
 
 
+def test_a_ready_worker_says_what_it_should_still_say_and_stays_200():
+    detail = {"said": "emails.dlq drops messages: message-ttl 2000 (policy 'p'): ..."}
+    server = EndpointServer(CollectorRegistry(), live=lambda: None, ready=lambda: None,
+                            detail=lambda: detail["said"], port=0, bind="127.0.0.1")  # fmt: skip
+    server.start()
+    try:
+        readyz = f"http://127.0.0.1:{server.port}/readyz"
+        assert http_get(readyz) == (200, f"ready; {detail['said']}\n")
+        detail["said"] = None
+        assert http_get(readyz) == (200, "ready\n")
+    finally:
+        server.close()
+
+
 def test_a_probe_that_raises_is_a_503_naming_the_error_not_a_crash():
     def broken() -> str | None:
         raise KeyError("x")

@@ -30,6 +30,8 @@ CONTRACT = {
     "rabbitq_circuit_open": "gauge",
     "rabbitq_connection_blocked": "gauge",
     "rabbitq_copies_held": "gauge",
+    "rabbitq_dlq_drop_risk": "gauge",
+    "rabbitq_dead_letters_held_by_broker": "gauge",
     "rabbitq_topology_redeclared": "counter",
     "rabbitq_handler_threads_abandoned": "gauge",
     "rabbitq_info": "gauge",
@@ -229,3 +231,21 @@ def test_a_duplicate_is_counted_by_queue_and_type_and_starts_at_zero_for_idempot
     assert value(m, "rabbitq_duplicates_total", queue="q", type="test.metrics.mail") == 0
     m.duplicate("q", "test.metrics.mail")
     assert value(m, "rabbitq_duplicates_total", queue="q", type="test.metrics.mail") == 1
+
+
+def test_a_dlq_that_drops_messages_is_a_gauge_and_a_readiness_detail_not_a_503():
+    from rabbitq.droprisk import drop_risks
+    from rabbitq.topology import dlq_arguments
+
+    m = Metrics(CollectorRegistry())
+    m.dlq_checked("q.dlq", None)  # not known: no series
+    assert value(m, "rabbitq_dlq_drop_risk", queue="q.dlq") is None
+    risks = drop_risks(dlq_arguments("quorum"), {"message-ttl": 2000}, operator_policy="ttl")
+    m.dlq_checked("q.dlq", risks)
+    assert value(m, "rabbitq_dlq_drop_risk", queue="q.dlq") == 1
+    assert m.ready_detail() == (
+        "q.dlq drops messages: message-ttl 2000 (operator policy 'ttl'): messages older than "
+        "2000 ms are dropped"
+    )
+    m.dlq_checked("q.dlq", [])
+    assert value(m, "rabbitq_dlq_drop_risk", queue="q.dlq") == 0 and m.ready_detail() is None

@@ -111,6 +111,10 @@ class RecordingChannel:
         await self.hold_nack.wait()
         self.frames.append(("nack", delivery_tag, multiple))
 
+    async def basic_reject(self, delivery_tag: int, requeue: bool) -> None:
+        assert requeue
+        self.frames.append(("reject", delivery_tag, False))
+
 
 def covered(frames: list[tuple[str, int, bool]], tag: int) -> list[tuple[str, int, bool]]:
     """The frames that settle ``tag`` (a multiple-ack covers every tag up to its own)."""
@@ -180,3 +184,18 @@ def test_without_multiple_every_done_delivery_is_planned_alone():
         ledger.done(tag, now=0)
     plan = ledger.plan(now=0, max_wait=WAIT, everything=True, multiple=False)
     assert (plan.multiple, plan.singles) == (None, [1, 2, 4])
+
+
+async def test_a_reject_returns_the_delivery_and_is_never_part_of_a_multiple_ack():
+    # basic.reject, not basic.nack, where a failure must raise a quorum queue's delivery
+    # count: RabbitMQ 4.3 counts rejects only (rabbitq.brokers)
+    channel = RecordingChannel()
+    acker = Acker(channel, batch=1, delay=0.001)  # type: ignore[arg-type]
+    acker.ack(1)
+    assert await acker.reject(2)
+    acker.ack(3)
+    await acker.flush()
+    frames = channel.frames
+    assert frames.count(("reject", 2, False)) == 1
+    # a multiple-ack through 3 may follow (2 is settled at the broker), never precede it
+    assert covered(frames, 2)[0] == ("reject", 2, False)

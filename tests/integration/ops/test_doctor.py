@@ -104,7 +104,7 @@ async def test_doctor_finds_the_policies_the_stale_retry_queue_and_the_drift(nod
     by_topic = {(f.topic, f.level): f for f in found}
     dlq = by_topic[("policies", "danger")]
     messages = [f.message for f in found if f.level != "info"]
-    assert any(f"{queue}.dlq" in m and "max-length=10" in m and "dropped" in m
+    assert any(f"{queue}.dlq" in m and "max-length 10" in m and "dropped" in m
                for m in messages), messages  # fmt: skip
     assert any(f"operator policy 'ttl-{queue}'" in m and "message-ttl 60000" in m
                for m in messages), messages  # fmt: skip
@@ -158,3 +158,155 @@ def test_the_command_exits_1_on_a_danger_and_never_prints_the_password(node, tmp
     assert as_json.exit_code == 1 and report["worst"] == "danger"
     assert report["broker_version"].startswith("3.10")
     sys.modules.pop(module, None)
+
+
+class Doomed(Message, type="doctor.live.doomed"):
+    n: int
+
+
+async def test_a_worker_names_a_dlq_policy_that_drops_dead_letters(node, monkeypatch, caplog):
+    # Issue 20, item 7: an operator policy message-ttl 2000 on a quorum DLQ drops every
+    # dead letter 2 s after the worker stored it. rabbitq cannot stop that; the worker
+    # must say so at start (ERROR), in rabbitq_dlq_drop_risk and in /readyz (still 200).
+    import logging
+
+    from prometheus_client import CollectorRegistry
+
+    from rabbitq import Metrics, PermanentError, Worker, serve_metrics
+    from rabbitq.ops import queue_watch
+    from tests.helpers import Recorder, queue_depth, wait_for
+    from tests.scrape import http_get
+
+    caplog.set_level(logging.INFO, logger="rabbitq.worker")
+    queue = f"drop.{uuid.uuid4().hex[:8]}"
+    app = App(queue=queue, url=node.url, retry=RetryPolicy(delays=()))
+
+    @app.handler(Doomed, timeout=5)
+    async def doomed(msg: Doomed) -> None:
+        raise PermanentError("never works")
+
+    connection = await connect(node.url, name="drop test")
+    await declare(await connection.channel(), app.topology())
+    policy = f"dlq-ttl-{queue}"
+    await asyncio.to_thread(
+        node.ctl, "set_operator_policy", "--apply-to", "queues", policy,
+        f"^{queue}\\.dlq$", '{"message-ttl": 2000}',
+    )  # fmt: skip
+    api = Management.for_broker(node.url, node.management_url)
+    for _ in range(40):  # the API shows a policy with its next statistics round
+        listed = {q["name"]: q for q in await asyncio.to_thread(api.queues)}
+        if listed.get(f"{queue}.dlq", {}).get("operator_policy") == policy:
+            break
+        await asyncio.sleep(0.5)
+    monkeypatch.setenv("RABBITQ_MANAGEMENT_URL", node.management_url)
+    metrics, rec = Metrics(CollectorRegistry()), Recorder()
+    worker = Worker(app, hooks=[metrics, rec])
+    gauge = lambda: metrics.registry.get_sample_value(  # noqa: E731
+        "rabbitq_dlq_drop_risk", {"queue": f"{queue}.dlq"}
+    )
+    async with serve_metrics(worker, metrics, port=0, bind="127.0.0.1") as server:
+        running = asyncio.create_task(queue_watch.alongside(worker.run, worker, metrics))
+        await wait_for(worker.ready.is_set)
+        async with app.publisher() as pub:
+            for n in range(20):
+                await pub.publish(Doomed(n=n))
+        await wait_for(lambda: rec.count("dead_lettered") == 20)
+        await wait_for(lambda: gauge() == 1, timeout=20)
+        readyz = await asyncio.to_thread(http_get, f"http://127.0.0.1:{server.port}/readyz")
+        await asyncio.sleep(3)  # past the policy's TTL
+        depth = await queue_depth(connection, f"{queue}.dlq")
+        worker.stop()
+        await asyncio.wait_for(running, 60)
+    # the loss itself: 20 of 20 dead letters gone; what changed is that it is said
+    assert depth == 0
+    said = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert any(m.startswith(f"danger: {queue}.dlq drops messages: message-ttl 2000 (operator "
+                            f"policy '{policy}')") for m in said), said  # fmt: skip
+    assert readyz[0] == 200 and readyz[1].startswith(f"ready; {queue}.dlq drops messages: "), readyz
+    await asyncio.to_thread(node.ctl, "clear_operator_policy", policy)
+    watch = queue_watch.QueueWatch(app.topology(), api, metrics)
+    watch.risks = []  # as the worker's watch had it: then the policy went away
+    for _ in range(40):
+        await watch.round()
+        if gauge() == 0:
+            break
+        await asyncio.sleep(0.5)
+    assert gauge() == 0 and metrics.ready_detail() is None
+    await connection.close()
+
+
+class Once(Message, type="doctor.live.once"):
+    n: int
+
+
+async def test_retries_held_by_the_broker_after_the_main_queue_is_deleted_are_counted(
+    node, caplog
+):
+    # Issue 20, item 8: on quorum queues, retries whose delay runs out while the main
+    # queue is missing (the worker's re-declare wait) are held by RabbitMQ's dead-letter
+    # process for about 3 minutes, and every AMQP depth says 0. The watch counts them
+    # (rabbitq_dead_letters_held_by_broker) and says so; a policy change on the retry
+    # queue, the operator's remedy, sends them at once.
+    import logging
+    import time
+
+    from prometheus_client import CollectorRegistry
+
+    from rabbitq import Context, Metrics, Worker
+    from rabbitq.ops import queue_watch
+    from tests.helpers import Recorder, queue_depth, running, wait_for
+
+    caplog.set_level(logging.INFO)
+    queue = f"held.{uuid.uuid4().hex[:8]}"
+    app = App(queue=queue, url=node.url, retry=RetryPolicy(delays=(1,)))
+
+    @app.handler(Once, timeout=5)
+    async def once(msg: Once, ctx: Context) -> None:
+        if ctx.attempt == 1:
+            raise RuntimeError("fails once")
+
+    messages, metrics, rec = 20, Metrics(CollectorRegistry()), Recorder()
+    api = Management.for_broker(node.url, node.management_url)
+    watch = queue_watch.QueueWatch(app.topology(), api, metrics)
+    retry = app.topology().retries[0].name
+    connection = await connect(node.url, name="held test")
+    worker = Worker(app, hooks=[metrics, rec])
+    worker.keeper.redeclare_wait = 3.0  # every copy's 1 s delay runs out inside the wait
+    async with running(worker):
+        async with app.publisher() as pub:
+            for n in range(messages):
+                await pub.publish(Once(n=n))
+        await wait_for(lambda: rec.count("retried") == messages)
+        await (await connection.channel()).queue_delete(queue)
+        await wait_for(lambda: worker.keeper.redeclared == 1, timeout=20)
+        for _ in range(40):  # statistics arrive every 0.5 s on this node
+            await watch.round()
+            if watch.held.get(retry) == messages:
+                break
+            await asyncio.sleep(0.5)
+        seen = dict(watch.held)
+        depths = [await queue_depth(connection, name) for name in (queue, retry)]
+        gauge = metrics.registry.get_sample_value(
+            "rabbitq_dead_letters_held_by_broker", {"queue": retry}
+        )
+        assert rec.count("succeeded") == 0
+        touched = time.monotonic()
+        touch = ("set_policy", "--apply-to", "queues", f"touch-{queue}", f"^{retry}$")
+        await asyncio.to_thread(node.ctl, *touch, '{"max-length": 1000000}')
+        await asyncio.to_thread(node.ctl, "clear_policy", f"touch-{queue}")
+        await wait_for(lambda: rec.count("succeeded") == messages, timeout=20)
+        back_after = time.monotonic() - touched
+    for _ in range(40):
+        await watch.round()
+        if not watch.held.get(retry):
+            break
+        await asyncio.sleep(0.5)
+    await connection.close()
+    assert seen == {queue: 0, retry: messages}, seen
+    assert depths == [0, 0]  # invisible over AMQP
+    assert gauge == messages
+    said = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert any(m.startswith(f"RabbitMQ holds {messages} dead letter(s) of {retry}") for m in said)
+    assert any("are held by RabbitMQ, not lost" in m for m in said)  # the worker's own line
+    assert back_after < 10, back_after  # not 3 minutes
+    assert watch.held[retry] == 0

@@ -58,6 +58,7 @@ from rabbitq import (
 )
 from rabbitq.effects import RedisStore
 from rabbitq.effects.metrics import OutboxMetrics
+from rabbitq.ops.queue_watch import QueueWatch
 from tests import promql
 from tests.chaos.proxy import FaultyProxy
 from tests.helpers import publish_bare, running, wait_for
@@ -365,11 +366,32 @@ async def test_every_dashboard_query_and_alert_returns_series_from_a_real_worker
                 waited = f'sum(rabbitq_limit_wait_seconds_count{{queue="{app.queue}"}})'
                 assert (await prom.value(waited) or 0) >= SUCCESS + RETRIED  # each waited its turn
 
+                # The queue watch's series: the shared broker has no management API, so
+                # the watch reads the DLQ as one would answer for it (no policy).
+                await QueueWatch(app.topology(), PolicyFree(app), metrics).round()
+                await wait_for(
+                    lambda: _at_least(prom, "count(rabbitq_dlq_drop_risk)", 1), timeout=DEADLINE
+                )
                 await check_dashboard(prom, app)
                 await check_safety_panels(prom, app)
                 await check_alert_expressions(prom, app, dlq)
                 await check_dlq_alerts_fire(prom, app, dlq)
     await store.close()
+
+
+class PolicyFree:
+    """A stand-in for the management API (``rabbitq.ops.doctor_probe.Management``): each
+    of the app's queues as declared, without a policy, with nothing held."""
+
+    vhost, base, password = "/", "http://stand-in", ""
+
+    def __init__(self, app) -> None:
+        self.arguments = {q.name: dict(q.arguments) for q in app.topology().queues}
+
+    def get(self, path: str) -> dict[str, Any]:
+        name = urllib.parse.unquote(path.rsplit("/", 1)[1])
+        counts = {"messages": 0, "messages_ready": 0, "messages_unacknowledged": 0}
+        return {"arguments": self.arguments[name], "effective_policy_definition": {}, **counts}
 
 
 async def _equals(prom: Prom, expr: str, want: float) -> bool:

@@ -64,3 +64,29 @@ async def test_a_handler_slower_than_the_consumer_timeout_has_its_message_redeli
     assert (1, True) in calls  # redelivered after the broker closed the channel
     said = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
     assert any("not acknowledged within its consumer_timeout" in m for m in said)
+
+
+async def test_3_10_accepts_x_consumer_timeout_and_ignores_it(node, caplog):
+    # rabbitq.brokers: 3.10-3.11 accept the consumer argument and keep the broker-wide
+    # timeout; the worker asks for 34 s (a 30 s handler, over its margin), the broker
+    # still closes the channel after 1 s
+    caplog.set_level(logging.INFO)
+    app = App(queue="timeouts-arg", exchange="x", url=node.url, retry=RetryPolicy(delays=()))
+    calls: list[bool] = []
+
+    @app.handler(Report, timeout=30)
+    async def build(report: Report, ctx: Context) -> None:
+        calls.append(ctx.redelivered)
+        if len(calls) == 1:
+            await asyncio.sleep(CONSUMER_TIMEOUT_MS / 1000 * 3)
+
+    rec = Recorder()
+    worker = Worker(app, url=node.url, hooks=rec, grace_period=5, consumer_timeout=1)
+    async with running(worker):
+        assert worker._consumer_args == {"x-consumer-timeout": 34_000}
+        async with app.publisher() as pub:
+            await pub.publish(Report(n=1))
+        await wait_for(lambda: rec.count("succeeded") >= 1, timeout=30)
+    assert calls[:2] == [False, True]  # redelivered: the argument changed nothing on 3.10
+    said = [r.getMessage() for r in caplog.records]
+    assert any("x-consumer-timeout" in m and "this broker ignores it" in m for m in said)
