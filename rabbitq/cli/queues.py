@@ -79,7 +79,9 @@ def topology(
     arguments, that queue is left as it is (objects declared before it stay declared)
     and the error names the queue and the argument. Retry queues of delays no handler
     uses any more (after a change of delays) are named with their depth; --prune
-    deletes the empty ones (the broker checks that they are empty).
+    deletes those that hold no message and have no consumer (checked just before the
+    delete, on quorum and classic queues alike; stop workers that still run the old
+    delays first).
     """
     if prune and dry_run:
         raise click.UsageError("--prune and --dry-run do not go together")
@@ -107,7 +109,7 @@ def topology(
     if prune:
         rows += [
             {"kind": "pruned" if p.deleted else "kept", "name": p.name, "arguments": {}}
-            | ({} if p.deleted else {"messages": p.messages})
+            | ({} if p.deleted else {"messages": p.messages, "consumers": p.consumers})
             for p in pruned
         ]
     elif found:
@@ -122,7 +124,11 @@ def topology(
     for row in rows:
         args = ", ".join(f"{k}={v!r}" for k, v in row["arguments"].items())
         if row["kind"] == "kept":
-            args = f"{row['messages']} message(s) still in it: prune again once it is empty"
+            args = (
+                f"{row['messages']} message(s) still in it: prune again once it is empty"
+                if row["messages"] or not row["consumers"]
+                else f"{row['consumers']} consumer(s) on it: kept"
+            )
         elif row["kind"] == "pruned":
             args = "empty, no handler uses it: deleted"
         table.add_row(row["kind"], row["name"], args)

@@ -232,7 +232,7 @@ def _orphans(facts: Facts) -> list[Finding]:
     known = {spec.name for spec in facts.topology.retries}
     delays = ", ".join(delay_label(s.ttl_ms or 0) for s in facts.topology.retries) or "none"
     unused = f"no handler uses it any more (this app's delays: {delays})"
-    prune = "rabbitq topology MODULE:APP --prune (the broker deletes it only while it is empty)"
+    prune = "rabbitq topology MODULE:APP --prune (it deletes only an empty, unused one)"
     findings = []
     for name, depth in sorted(facts.other_queues.items()):
         if not name.startswith(prefix) or name in known:
