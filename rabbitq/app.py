@@ -20,6 +20,7 @@ from .amqp.publisher import DEFAULT_TIMEOUT as DEFAULT_PUBLISH_TIMEOUT
 from .amqp.publisher import Publisher
 from .breaker import Breaker
 from .errors import AppLoadError, ConfigurationError
+from .extras import install_hint
 from .message import Message
 from .ratelimit import Limit, RateBackend, parse_rate
 from .retry import RetryPolicy
@@ -258,6 +259,7 @@ class App:
         self.limit_waiting = limit_waiting
         self.idempotency = idempotency
         self.outbox: Outbox | None = None
+        self.loaded_as: str | None = None  # "MODULE:APP", when load_app found it
         self._handlers: dict[str, Handler] = {}
         self.topology()  # validate names and arguments now, not at first connect
 
@@ -418,7 +420,9 @@ def load_app(spec: str) -> App:
                 f"cannot import module {module_name!r}: no such module "
                 f"(run from the project's root or fix PYTHONPATH)"
             ) from exc
-        raise AppLoadError(f"importing {module_name!r} failed: {exc}") from exc
+        raise AppLoadError(
+            f"importing {module_name!r} failed: {exc}{install_hint(exc.name)}"
+        ) from exc
     except Exception as exc:
         raise AppLoadError(
             f"importing {module_name!r} failed: {type(exc).__name__}: {exc}"
@@ -431,4 +435,5 @@ def load_app(spec: str) -> App:
             raise AppLoadError(f"module {module_name!r} has no attribute {attr!r}") from None
     if not isinstance(obj, App):
         raise AppLoadError(f"{spec!r} is a {type(obj).__name__}, not a rabbitq.App")
+    obj.loaded_as = spec  # so that messages can name the app as the user does
     return obj

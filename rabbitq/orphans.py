@@ -180,15 +180,20 @@ def _kept(depth: QueueDepth) -> Pruned:
 
 
 async def report(
-    connection: AbstractConnection, topology: Topology, logger: logging.Logger
+    connection: AbstractConnection,
+    topology: Topology,
+    logger: logging.Logger,
+    *,
+    app_spec: str | None = None,
 ) -> list[QueueDepth]:
     """Find the orphaned retry queues and log one warning about them (none if there are
-    none). A failure to look is logged and ignored: it must not stop a worker."""
+    none), naming the app as ``app_spec`` in the command to run. A failure to look is
+    logged and ignored: it must not stop a worker."""
     try:
         found = await find(connection, topology)
     except (aiormq.exceptions.AMQPError, ConnectionError, RuntimeError) as exc:
         logger.debug("could not look for orphaned retry queues: %s", exc)
         return []
     if found:
-        logger.warning("%s", warning(topology, found))
+        logger.warning("%s", warning(topology, found, app_spec=app_spec or ""))
     return found

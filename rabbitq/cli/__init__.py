@@ -13,12 +13,12 @@ from ..console.cli import console
 from ..ops import logs
 
 # Modules, not their commands: ``rabbitq.cli.dlq`` stays the module (tests patch it).
-from . import demo, dlq, doctor, effects, publish, queues, worker
+from . import demo, dlq, doctor, effects, publish, queues, version, worker
 from .common import Command
 
 
 @click.group(cls=Command, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(package_name="rabbitq")
+@click.version_option(None, "-V", "--version", package_name="rabbitq", message=version.VERSION_LINE)
 def main() -> None:
     """rabbitq: RabbitMQ consumers that never lose work.
 
@@ -40,3 +40,4 @@ main.add_command(effects.effects)
 main.add_command(effects.outbox)
 main.add_command(doctor.doctor)
 main.add_command(console)
+main.add_command(version.version)

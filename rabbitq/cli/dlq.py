@@ -24,6 +24,7 @@ from ..retry import REASONS
 from ..settings import TLS, resolve_url
 from . import dlq_view as view
 from .common import F, friendly_errors, tls_options, url_option
+from .when import WHEN
 
 T = TypeVar("T")
 
@@ -69,10 +70,10 @@ def filter_options(fn: F) -> F:
         ),
         click.option(
             "--since",
-            metavar="WHEN",
+            type=WHEN,
             help="Failed at or after: ISO 8601 (2024-05-01T10:00Z) or an age (30m, 2h, 3d).",
         ),
-        click.option("--until", metavar="WHEN", help="Failed before (same forms as --since)."),
+        click.option("--until", type=WHEN, help="Failed before (same forms as --since)."),
         click.option(
             "--grep", metavar="REGEX", help="Error text (rabbitq-error) matches this regex."
         ),
