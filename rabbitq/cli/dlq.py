@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import os
 import sys
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
@@ -127,7 +128,9 @@ def _run(
 
 
 def _console() -> Console:
-    return Console(highlight=False)
+    console = Console(highlight=False)  # off a terminal, not cut to 80 columns (unless COLUMNS)
+    wide = not console.is_terminal and "COLUMNS" not in os.environ
+    return Console(highlight=False, width=view.WIDE) if wide else console
 
 
 def _finish(tally: ops.Tally, as_json: bool) -> None:
