@@ -16,6 +16,7 @@ from .test_first_hour import dead, depth, fill
 
 pytestmark = pytest.mark.broker
 
+
 @pytest.fixture
 async def queue(connection, uid):
     """A service queue and its DLQ, both empty, deleted afterwards."""
@@ -45,9 +46,7 @@ async def rabbitq(*args: str, url: str, **env: str) -> subprocess.CompletedProce
     )
 
 
-async def test_list_off_a_terminal_prints_each_error_on_its_ids_line(
-    broker_url, connection, queue
-):
+async def test_list_off_a_terminal_prints_each_error_on_its_ids_line(broker_url, connection, queue):
     await fill(connection, queue, dead(queue, "4f1c0e9d2b6a4e0c8f7a1b2c3d4e5f60"))
     result = await rabbitq("dlq", "list", queue, url=broker_url)
     assert result.returncode == 0, result.stderr
