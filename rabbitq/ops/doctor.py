@@ -66,7 +66,8 @@ class Facts:
     management_error: str | None = None
     """Why the management API could not be used (None: it was, or it was not tried)."""
     other_queues: Mapping[str, int] | None = None
-    """Every queue on the vhost with its depth (management API); None: not known."""
+    """Every queue on the vhost with its depth (management API); without the API, the
+    app's retry queues of common delays found over AMQP; None: not known."""
     other_arguments: Mapping[str, Mapping[str, Any]] | None = None
     """The arguments of each queue in ``other_queues`` (management API); None: not known."""
     alarms: Sequence[str] | None = None
