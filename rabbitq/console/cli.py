@@ -12,7 +12,8 @@ import click
 
 from ..app import load_app
 from ..cli.common import friendly_errors, tls_options, url_option
-from ..settings import TLS, TLS_CA_ENV, TLS_CERT_ENV, TLS_KEY_ENV, resolve_url
+from ..ops import logs
+from ..settings import TLS, TLS_CA_ENV, TLS_CERT_ENV, TLS_KEY_ENV, resolve_url, url_password
 
 TOKEN_ENV = "RABBITQ_CONSOLE_TOKEN"
 
@@ -92,6 +93,7 @@ def console(
 
         from .security import Guard, new_token, token_id
         from .server import create_app
+        from .serving import ConsoleServer, check_broker_sync
         from .state import Config
         from .targets import from_app, from_queue
     except ImportError as exc:  # the optional extra is missing
@@ -125,7 +127,9 @@ def console(
         export_dir=export_dir,
         metrics_urls=metrics_urls,
     )
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    # The root logger is the CLI's (WARNING): the console says at INFO what it does.
+    logs.configure(level="INFO", secrets=[url_password(config.url) or ""])
+    check_broker_sync(config.url)  # a refused login is one line now, not a page later
     sock = listen(bind, port)
     port = sock.getsockname()[1]
     where = f"http://{bind if ':' not in bind else f'[{bind}]'}:{port}/"
@@ -139,5 +143,6 @@ def console(
         click.echo(f"operator token: {token_id(token)} (from --token or {TOKEN_ENV})")
     if bind not in ("127.0.0.1", "::1", "localhost"):
         click.echo(f"warning: listening on {bind}, not only on this machine", err=True)
-    server = uvicorn.Server(uvicorn.Config(create_app(config), log_level="warning"))
+    server = ConsoleServer(uvicorn.Config(create_app(config), log_level="warning"))
     server.run(sockets=[sock])
+    logging.getLogger("rabbitq.console").info("console stopped")
