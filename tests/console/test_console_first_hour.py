@@ -15,6 +15,7 @@ import pytest
 from rabbitq.console.security import Guard
 from rabbitq.console.state import Config, State
 from rabbitq.console.targets import from_queue
+from rabbitq.errors import BrokerUnavailable
 
 from .test_console_cli import _get, _start, _stop
 
@@ -63,7 +64,7 @@ async def test_the_page_says_a_refused_login_as_the_cli_does(broker_url, tmp_pat
             export_dir=tmp_path,
         )
     )
-    with pytest.raises(Exception):
+    with pytest.raises(BrokerUnavailable):
         await state.sample_once()
     await state.stop()
     assert state.broker_error is not None
