@@ -30,6 +30,7 @@ from ..errors import PublishError
 from ..settings import TLS
 from .database import LINK_ERRORS
 from .outbox import Outbox
+from .refusals import RefusalLog
 from .schema import lock_id
 from .store import StoreUnavailable
 
@@ -116,6 +117,7 @@ class Relay:
         self._amqp: AbstractRobustConnection | None = None
         self._channel: AbstractChannel | None = None
         self.leader = asyncio.Event()
+        self._refusals = RefusalLog(log)  # a refused row: said once, then summed up
 
     def stop(self) -> None:
         """Ask :meth:`run` to return after the current batch."""
@@ -213,9 +215,10 @@ class Relay:
                     channel, row.exchange, row.routing_key, row.body, properties(row)
                 )
             except PublishError as exc:
-                log.warning("outbox row %d (%s) not published: %s", row.id, row.type, exc)
+                self._refusals.refused(row.exchange, row.routing_key, row.id, exc)
                 self.observer.relay_error("publish")
                 break  # later rows of this key wait for this one
+            self._refusals.published(row.exchange, row.routing_key)
             sent.append(row.id)
         return sent
 
