@@ -212,7 +212,9 @@ class App:
     ``prefetch`` that run; the broker's prefetch is then the sum of both.
     ``idempotency`` (default: none) is the store of handled keys for every handler
     (:class:`~rabbitq.effects.PostgresStore`, :class:`~rabbitq.effects.RedisStore`;
-    see docs/effects.md). ``outbox`` is set by :class:`~rabbitq.effects.Outbox`.
+    see docs/effects.md). ``outbox`` is set by :class:`~rabbitq.effects.Outbox`;
+    ``loaded_as`` by :func:`load_app` (the ``MODULE:APP`` it was found by, for messages
+    that name the app as the user does).
     """
 
     def __init__(
