@@ -1,12 +1,13 @@
 """An email service: consumes ``email.send`` messages and sends them through a provider.
 
-Run a worker from the repository root (it declares the ``emails`` queue, its retry
-queues and ``emails.dlq``)::
+Run a worker from the repository root (it declares the ``example-emails`` queue, its
+retry queues and ``example-emails.dlq``, bound to the ``examples`` exchange: the
+examples keep to names of their own, apart from the README's tutorial)::
 
     rabbitq worker examples.email_service:app
 
 and, in another shell, publish some sample emails (one is delivered, one hard-bounces
-and goes to ``emails.dlq`` at once, one keeps failing and is retried in 5s, 30s, 5m and
+and goes to ``example-emails.dlq`` at once, one keeps failing and is retried in 5s, 30s, 5m and
 30m before it is dead-lettered as ``exhausted``)::
 
     python -m examples.email_service
@@ -28,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import re
 import sys
 from typing import Annotated, Protocol
@@ -37,6 +39,10 @@ from pydantic import AfterValidator, StringConstraints
 from rabbitq import App, Context, Message, PermanentError, PublishError, RabbitqError, RetryPolicy
 
 log = logging.getLogger("examples.email_service")
+
+# The examples' own exchange, apart from the tutorial's (and any app's) "rabbitq";
+# the tests run the module-level apps on an exchange of their own through it.
+EXCHANGE = os.environ.get("EXAMPLES_EXCHANGE", "examples")
 
 # Deliberately simple: one "@", no whitespace, a dot in the domain. Real validation is
 # the provider's job (and pydantic's EmailStr needs the email-validator package).
@@ -123,8 +129,8 @@ RETRY = RetryPolicy(delays=(5, 30, 300, 1800))
 
 def create_app(
     *,
-    queue: str = "emails",
-    exchange: str = "rabbitq",
+    queue: str = "example-emails",
+    exchange: str = EXCHANGE,
     url: str | None = None,
     sender: EmailSender | None = None,
     retry: RetryPolicy = RETRY,
@@ -153,7 +159,7 @@ app = create_app()
 
 SAMPLES = (
     SendEmail(to="ada@example.com", subject="Welcome to rabbitq", body="Hello Ada!"),
-    SendEmail(to=f"bounce@{SIMULATOR_DOMAIN}", subject="Hard bounce", body="To emails.dlq."),
+    SendEmail(to=f"bounce@{SIMULATOR_DOMAIN}", subject="Hard bounce", body="To the DLQ."),
     SendEmail(to=f"tempfail@{SIMULATOR_DOMAIN}", subject="Deferred", body="Retried, then DLQ."),
 )
 

@@ -1,15 +1,19 @@
 """A payment-capture service: consumes ``payment.capture`` and captures exactly once.
 
-Run a worker from the repository root (it declares the quorum queues ``payments``,
-``payments.retry.*`` and ``payments.dlq``; the tables ``payments_idempotency``,
+Run a worker from the repository root (it declares the quorum queues
+``example-payments``, ``example-payments.retry.*`` and ``example-payments.dlq``, bound
+to the ``examples`` exchange; the tables ``payments_idempotency``,
 ``payments_captures`` and ``payments_outbox`` are created on first use in
-``$PAYMENTS_DB``, default ``postgresql://postgres@127.0.0.1:5432/test``)::
+``$PAYMENTS_DB``, default ``postgresql://postgres@127.0.0.1:5432/rabbitq_examples``,
+a database of their own: ``createdb -h 127.0.0.1 -U postgres rabbitq_examples``)::
+
+    rabbitq effects init examples.payment_service:app     # the tables, checked
 
     rabbitq worker examples.payment_service:app
     rabbitq outbox relay examples.payment_service:app     # publishes payment.captured
 
 and, in another shell, publish the samples (a capture, the same message again, which
-is recognised as a duplicate, a decline, which goes to ``payments.dlq`` at once, and a
+is recognised as a duplicate, a decline, which goes to ``example-payments.dlq`` at once, and a
 gateway outage, which is retried in 10s, 1m and 10m before it is dead-lettered)::
 
     python -m examples.payment_service
@@ -58,6 +62,10 @@ from rabbitq import App, Context, Message, PermanentError, PublishError, Rabbitq
 from rabbitq.effects import Outbox, PostgresStore
 
 log = logging.getLogger("examples.payment_service")
+
+# The examples' own exchange, apart from the tutorial's (and any app's) "rabbitq";
+# the tests run the module-level apps on an exchange of their own through it.
+EXCHANGE = os.environ.get("EXAMPLES_EXCHANGE", "examples")
 
 CENT = Decimal("0.01")
 MAX_AMOUNT = Decimal("1000000.00")  # larger captures go through a reviewed flow
@@ -178,10 +186,10 @@ class SandboxGateway:
 
 # -- the service -----------------------------------------------------------------------
 
-DEFAULT_DB = "postgresql://postgres@127.0.0.1:5432/test"
+DEFAULT_DB = "postgresql://postgres@127.0.0.1:5432/rabbitq_examples"  # the examples' own
 # Captures are retried less often than the app's default (1s, 10s, 1m, 10m), and not
 # after 1 s: a gateway that failed needs time. The app declares the retry queues of the
-# delays its handlers use, so there is no payments.retry.1s.
+# delays its handlers use, so there is no example-payments.retry.1s.
 CAPTURE_RETRY = RetryPolicy(delays=(10, 60, 600))
 # Above the gateway client's own timeout, so that a slow gateway shows up as its
 # GatewayTimeout; this is the backstop for a call that hangs. It also bounds the
@@ -208,8 +216,8 @@ async def create_tables(conn: psycopg.AsyncConnection[Any], prefix: str) -> None
 
 def create_app(
     *,
-    queue: str = "payments",
-    exchange: str = "rabbitq",
+    queue: str = "example-payments",
+    exchange: str = EXCHANGE,
     url: str | None = None,
     db: str | None = None,
     prefix: str = "payments_",
@@ -218,7 +226,7 @@ def create_app(
     timeout: float = CAPTURE_TIMEOUT,
 ) -> App:
     """The payment service on the database ``db`` (default ``$PAYMENTS_DB``, else the
-    local test database). Tests pass their own names, table prefix, gateway and timings."""
+    examples' own database). Tests pass their own names, table prefix, gateway and timings."""
     dsn = db or os.environ.get("PAYMENTS_DB", DEFAULT_DB)
     # Quorum queues are replicated (Raft) and dead-letter at-least-once: a capture
     # request survives the loss of a broker node, and not even the broker's own
@@ -276,6 +284,18 @@ def create_app(
 
 
 app = create_app()
+
+# A service that consumes the announcement: the relay publishes ``payment.captured``
+# mandatory, so until a queue is bound to it each outbox row waits (and the relay says
+# so). ``rabbitq worker examples.payment_service:receipts`` (or ``rabbitq topology``) binds it.
+receipts = App(queue="example-receipts", exchange=EXCHANGE, prefetch=16)
+
+
+@receipts.handler(PaymentCaptured)
+async def record_receipt(msg: PaymentCaptured) -> None:
+    """Log the receipt of a captured payment (a real service would e-mail it)."""
+    log.info("receipt: %s %s for payment %s (%s)", msg.amount, msg.currency, msg.payment_id,
+             msg.reference)  # fmt: skip
 
 
 async def publish_samples(target: App = app) -> list[str]:

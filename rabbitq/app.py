@@ -20,6 +20,7 @@ from .amqp.publisher import DEFAULT_TIMEOUT as DEFAULT_PUBLISH_TIMEOUT
 from .amqp.publisher import Publisher
 from .breaker import Breaker
 from .errors import AppLoadError, ConfigurationError
+from .extras import install_hint
 from .message import Message
 from .ratelimit import Limit, RateBackend, parse_rate
 from .retry import RetryPolicy
@@ -214,7 +215,9 @@ class App:
     ``prefetch`` that run; the broker's prefetch is then the sum of both.
     ``idempotency`` (default: none) is the store of handled keys for every handler
     (:class:`~rabbitq.effects.PostgresStore`, :class:`~rabbitq.effects.RedisStore`;
-    see docs/effects.md). ``outbox`` is set by :class:`~rabbitq.effects.Outbox`.
+    see docs/effects.md). ``outbox`` is set by :class:`~rabbitq.effects.Outbox`;
+    ``loaded_as`` by :func:`load_app` (the ``MODULE:APP`` it was found by, for messages
+    that name the app as the user does).
     """
 
     def __init__(
@@ -261,6 +264,7 @@ class App:
         self.limit_waiting = limit_waiting
         self.idempotency = idempotency
         self.outbox: Outbox | None = None
+        self.loaded_as: str | None = None  # "MODULE:APP", when load_app found it
         self._handlers: dict[str, Handler] = {}
         self.topology()  # validate names and arguments now, not at first connect
 
@@ -421,7 +425,9 @@ def load_app(spec: str) -> App:
                 f"cannot import module {module_name!r}: no such module "
                 f"(run from the project's root or fix PYTHONPATH)"
             ) from exc
-        raise AppLoadError(f"importing {module_name!r} failed: {exc}") from exc
+        raise AppLoadError(
+            f"importing {module_name!r} failed: {exc}{install_hint(exc.name)}"
+        ) from exc
     except Exception as exc:
         raise AppLoadError(
             f"importing {module_name!r} failed: {type(exc).__name__}: {exc}"
@@ -434,4 +440,5 @@ def load_app(spec: str) -> App:
             raise AppLoadError(f"module {module_name!r} has no attribute {attr!r}") from None
     if not isinstance(obj, App):
         raise AppLoadError(f"{spec!r} is a {type(obj).__name__}, not a rabbitq.App")
+    obj.loaded_as = spec  # so that messages can name the app as the user does
     return obj

@@ -353,7 +353,10 @@ def describe(facts: BrokerFacts) -> list[str]:
         types = " and ".join(facts.consumer_timeout_queue_types)
         lines.append(f"consumer_timeout applies to {types} queues only")
     if facts.limit_below_one_drops:
-        lines.append("x-delivery-limit 0 or -1 drops a message at its first return")
+        lines.append(
+            "an x-delivery-limit of 0 or -1 (rabbitq never sets one) would drop a message "
+            "at its first return"
+        )
     if facts.broker_owns_x_headers:
         lines.append("the broker ignores x- headers that clients set (x-death included)")
     if facts.version is not None and (facts.version.major, facts.version.minor) > NEWEST_KNOWN:
@@ -373,8 +376,9 @@ def server_properties(connection: Any) -> Mapping[str, Any] | None:
 
 
 def log_broker(connection: Any) -> BrokerFacts:
-    """Log which broker the connection reached and what that means; return the facts."""
+    """Log which broker the connection reached and what that means, at DEBUG (``rabbitq
+    doctor`` says it to whoever asks); return the facts."""
     facts = facts_for(version_from_server_properties(server_properties(connection)))
     for line in describe(facts):
-        log.info("%s", line)
+        log.debug("%s", line)
     return facts

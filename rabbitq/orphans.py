@@ -48,6 +48,7 @@ class Pruned:
     name: str
     deleted: bool
     messages: int  # its depth when it was kept
+    consumers: int = 0  # its consumers when it was kept
 
 
 def candidates(topology: Topology, extra_ms: Iterable[int] = ()) -> list[str]:
@@ -128,8 +129,12 @@ async def find(
 async def prune(connection: AbstractConnection, orphans: Iterable[QueueDepth]) -> list[Pruned]:
     """Delete each orphaned retry queue that is empty and unused; keep the others.
 
-    The broker checks emptiness itself (``if_empty``), so a message that arrives after
-    :func:`find` keeps its queue: nothing is ever deleted with a message in it.
+    A passive declare says whether the queue holds messages or has consumers right now,
+    and only a queue with neither is deleted, at once. The delete carries no
+    ``if_empty``/``if_unused``: quorum queues refuse both (``NOT_IMPLEMENTED``, which
+    closes the whole connection). Nothing publishes to an orphaned retry queue but a
+    worker that still runs the old delays, so stop those before pruning: a copy one of
+    them sent in the instant between the check and the delete would go with the queue.
     """
     transport = connection.transport
     if transport is None:
@@ -140,11 +145,21 @@ async def prune(connection: AbstractConnection, orphans: Iterable[QueueDepth]) -
     try:
         for orphan in orphans:
             try:
-                await channel.queue_delete(orphan.name, if_empty=True, if_unused=True)
-            except aiormq.exceptions.ChannelPreconditionFailed:
-                done.append(Pruned(name=orphan.name, deleted=False, messages=orphan.messages))
+                ok = await channel.queue_declare(orphan.name, passive=True)
+            except aiormq.exceptions.ChannelNotFoundEntity:
                 channel = await amqp.channel()
+                continue  # already gone
+            now = QueueDepth(
+                name=orphan.name,
+                kind=orphan.kind,
+                exists=True,
+                messages=ok.message_count or 0,
+                consumers=ok.consumer_count or 0,
+            )
+            if not deletable(now):
+                done.append(_kept(now))
                 continue
+            await channel.queue_delete(orphan.name)
             done.append(Pruned(name=orphan.name, deleted=True, messages=0))
     finally:
         if not channel.is_closed:
@@ -152,16 +167,33 @@ async def prune(connection: AbstractConnection, orphans: Iterable[QueueDepth]) -
     return done
 
 
+def deletable(depth: QueueDepth) -> bool:
+    """Whether ``prune`` may delete this queue: it exists, holds no message and has no
+    consumer (pure)."""
+    return depth.exists and depth.messages == 0 and depth.consumers == 0
+
+
+def _kept(depth: QueueDepth) -> Pruned:
+    return Pruned(
+        name=depth.name, deleted=False, messages=depth.messages, consumers=depth.consumers
+    )
+
+
 async def report(
-    connection: AbstractConnection, topology: Topology, logger: logging.Logger
+    connection: AbstractConnection,
+    topology: Topology,
+    logger: logging.Logger,
+    *,
+    app_spec: str | None = None,
 ) -> list[QueueDepth]:
     """Find the orphaned retry queues and log one warning about them (none if there are
-    none). A failure to look is logged and ignored: it must not stop a worker."""
+    none), naming the app as ``app_spec`` in the command to run. A failure to look is
+    logged and ignored: it must not stop a worker."""
     try:
         found = await find(connection, topology)
     except (aiormq.exceptions.AMQPError, ConnectionError, RuntimeError) as exc:
         logger.debug("could not look for orphaned retry queues: %s", exc)
         return []
     if found:
-        logger.warning("%s", warning(topology, found))
+        logger.warning("%s", warning(topology, found, app_spec=app_spec or ""))
     return found

@@ -220,7 +220,7 @@ def test_the_producer_exports_its_publishes_and_nothing_about_consuming():
     assert names == {"rabbitq_published", "rabbitq_publish_errors", "rabbitq_info"}
     errors = metrics.registry.get_sample_value(
         "rabbitq_publish_errors_total",
-        {"exchange": "rabbitq", "type": "email.send", "error": "unroutable"},
+        {"exchange": "examples", "type": "email.send", "error": "unroutable"},
     )
     assert errors == 0  # the series start at zero, so the first error shows in increase()
 

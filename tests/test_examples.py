@@ -389,10 +389,10 @@ def test_the_capture_handler_retries_on_its_own_policy_within_the_apps_queues():
 
     assert handler.retry.delays == (10, 60, 600) and handler.timeout == 20
     assert handler.idempotency is app.idempotency and app.outbox is not None
-    assert [q.name for q in topology.retries] == [  # no unused payments.retry.1s
-        "payments.retry.10s",
-        "payments.retry.1m",
-        "payments.retry.10m",
+    assert [q.name for q in topology.retries] == [  # no unused example-payments.retry.1s
+        "example-payments.retry.10s",
+        "example-payments.retry.1m",
+        "example-payments.retry.10m",
     ]
     assert all(q.arguments["x-queue-type"] == "quorum" for q in topology.queues)
     assert topology.routing_keys == ("payment.capture",)

@@ -13,19 +13,20 @@ from ..console.cli import console
 from ..ops import logs
 
 # Modules, not their commands: ``rabbitq.cli.dlq`` stays the module (tests patch it).
-from . import demo, dlq, doctor, effects, outbox_rows, publish, queues, worker
+from . import demo, dlq, doctor, effects, outbox_rows, publish, queues, version, worker
 from .common import Command
 
 
 @click.group(cls=Command, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(package_name="rabbitq")
+@click.version_option(None, "-V", "--version", package_name="rabbitq", message=version.VERSION_LINE)
 def main() -> None:
     """rabbitq: RabbitMQ consumers that never lose work.
 
     Run a worker for an app (rabbitq worker myservice:app), try the whole flow with
     rabbitq demo, publish a message by hand, declare the queues, or look at their depths;
     rabbitq dlq lists, shows, replays, exports, imports and purges dead-lettered
-    messages. Every command takes --url and -h/--help.
+    messages. Every command takes -h/--help, and --url if it talks to a broker. Exit
+    status: 0 done, 1 it could not be done, 2 the command line is wrong.
     """
     logs.configure(level="WARNING")
 
@@ -43,3 +44,4 @@ effects.outbox.add_command(outbox_rows.retry_rows)
 effects.outbox.add_command(outbox_rows.discard_rows)
 main.add_command(doctor.doctor)
 main.add_command(console)
+main.add_command(version.version)

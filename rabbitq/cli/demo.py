@@ -143,7 +143,8 @@ def demo(
         )
 
     if use_testcontainers:
-        click.echo(f"starting a throwaway RabbitMQ ({containers.CONTAINER_IMAGE})...", err=True)
+        if not as_json:  # --json: the tally on stdout, nothing on stderr
+            click.echo(f"starting a throwaway RabbitMQ ({containers.CONTAINER_IMAGE})...", err=True)
         with containers.throwaway_broker() as broker:
             summary = go(broker)
     else:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import os
 import sys
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
@@ -24,6 +25,7 @@ from ..retry import REASONS
 from ..settings import TLS, resolve_url
 from . import dlq_view as view
 from .common import F, friendly_errors, tls_options, url_option
+from .when import WHEN
 
 T = TypeVar("T")
 
@@ -69,10 +71,10 @@ def filter_options(fn: F) -> F:
         ),
         click.option(
             "--since",
-            metavar="WHEN",
+            type=WHEN,
             help="Failed at or after: ISO 8601 (2024-05-01T10:00Z) or an age (30m, 2h, 3d).",
         ),
-        click.option("--until", metavar="WHEN", help="Failed before (same forms as --since)."),
+        click.option("--until", type=WHEN, help="Failed before (same forms as --since)."),
         click.option(
             "--grep", metavar="REGEX", help="Error text (rabbitq-error) matches this regex."
         ),
@@ -126,7 +128,9 @@ def _run(
 
 
 def _console() -> Console:
-    return Console(highlight=False)
+    console = Console(highlight=False)  # off a terminal, not cut to 80 columns (unless COLUMNS)
+    wide = not console.is_terminal and "COLUMNS" not in os.environ
+    return Console(highlight=False, width=view.WIDE) if wide else console
 
 
 def _finish(tally: ops.Tally, as_json: bool) -> None:

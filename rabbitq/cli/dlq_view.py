@@ -40,6 +40,7 @@ _ESCAPED_CATEGORIES = frozenset({"Cc", "Cs", "Zl", "Zp"})
 _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 MAX_BODY_SHOWN = 64 * 1024
 ERROR_WIDTH = 60
+WIDE = 200  # the width of a table printed to a file or a pipe (no terminal to fit)
 
 
 def escape(text: str, *, multiline: bool = False) -> str:
@@ -117,7 +118,7 @@ def age_text(seconds: float | None) -> str:
 # Columns that give way, in this order, when the terminal is too narrow for all of
 # them: ids and types are never wrapped or cut, so that they can be copied.
 _OPTIONAL = ("failed at", "attempts", "age")
-_MIN_ERROR = 12
+_STACKED_BELOW = 30  # an error narrower than this goes under its id
 
 
 def message_table(messages: Iterable[DeadMessage], title: str, width: int = 80) -> Table:
@@ -125,7 +126,9 @@ def message_table(messages: Iterable[DeadMessage], title: str, width: int = 80) 
 
     Ids, types and reasons are printed whole, on one line; the error is shortened to
     what is left, and if that is too little, failure time, attempts and age give way
-    (``show`` and ``--json`` have them all).
+    (``show`` and ``--json`` have them all). If the error would still get fewer than
+    :data:`_STACKED_BELOW` columns (an 80-column terminal), it goes on the lines under
+    its id instead, up to :data:`ERROR_WIDTH` characters.
     """
     now = datetime.now(UTC)
     rows: list[dict[str, str]] = []
@@ -147,15 +150,17 @@ def message_table(messages: Iterable[DeadMessage], title: str, width: int = 80) 
         )
     columns = ["message_id", "type", "reason", "attempts", "failed at", "age", "error"]
 
-    def needed(names: list[str]) -> int:
+    def needed(names: list[str], error: int = _STACKED_BELOW) -> int:
         widths = [max([len(n), *(len(r[n]) for r in rows)]) for n in names if n != "error"]
-        return sum(widths) + 3 * len(names) + 1 + _MIN_ERROR  # "│ x " per column, "│"
+        return sum(widths) + 3 * len(names) + 1 + error  # "│ x " per column, "│"
 
     for optional in _OPTIONAL:
         if needed(columns) <= width:
             break
         columns.remove(optional)
-    error_width = max(_MIN_ERROR, min(ERROR_WIDTH, width - needed(columns) + _MIN_ERROR))
+    if needed(columns) > width:  # still too narrow: the error goes under its id
+        return _stacked(rows, [c for c in columns if c != "error"], title)
+    error_width = max(_STACKED_BELOW, min(ERROR_WIDTH, width - needed(columns, 0)))
     table = Table(title=Text(escape(title)), title_justify="left")
     for name in columns:
         if name == "error":
@@ -166,6 +171,22 @@ def message_table(messages: Iterable[DeadMessage], title: str, width: int = 80) 
     for r in rows:
         error = shorten(r["error"], error_width)
         table.add_row(*(Text(error if n == "error" else r[n]) for n in columns))
+    return table
+
+
+def _stacked(rows: list[dict[str, str]], columns: list[str], title: str) -> Table:
+    """The ``list`` table with each error under its id, folded to the id's width."""
+    table = Table(title=Text(escape(title)), title_justify="left")
+    for name in columns:
+        longest = max([len(name), *(len(r[name]) for r in rows)])
+        if name == "message_id":  # the error folds within the id's width
+            table.add_column("message_id / error", width=longest, overflow="fold")
+        else:
+            table.add_column(name, no_wrap=True, min_width=longest)
+    for r in rows:
+        first = Text(r["message_id"])
+        first.append("\n" + shorten(r["error"], ERROR_WIDTH), style="dim")
+        table.add_row(first, *(Text(r[n]) for n in columns[1:]))
     return table
 
 
@@ -210,7 +231,8 @@ def tally_text(t: Tally) -> str:
         "export": "exported",
         "import": "imported",
     }.get(t.operation, "done")
-    parts = [f"{done} {t.done}"]
+    into = [q for q in t.into if q != t.queue]
+    parts = [f"{done} {t.done}" + (f" into {', '.join(into)}" if into else "")]
     if t.operation != "import":
         parts.append(f"skipped {t.skipped} (not matching, left in {t.queue})")
     parts.append(f"failed {t.failed}")

@@ -16,7 +16,8 @@ from ..ops.doctor_probe import gather
 from ..settings import TLS, Settings
 from .common import friendly_errors, tls_options, url_option
 
-_MARK = {"info": "ok  ", "warning": "WARN", "danger": "DANGER"}
+# "info", not "ok": an info line states a fact (the broker's behaviour), not a verdict.
+_MARK = {"info": "info", "warning": "WARN", "danger": "DANGER"}
 
 
 @click.command()

@@ -11,10 +11,13 @@ from typing import Any
 
 import click
 
+from ..amqp.connection import connect_once
 from ..app import App, load_app
 from ..errors import ConfigurationError
+from ..extras import missing
 from ..ops import logs, loop
-from ..settings import TLS, url_password
+from ..ops.endpoints import DEFAULT_BIND
+from ..settings import TLS, redact_url, url_password
 from .common import friendly_errors, tls_options, url_option
 
 
@@ -34,10 +37,16 @@ def effects() -> None:
 
 @effects.command("init")
 @click.argument("app_spec", metavar="MODULE:APP")
+@url_option
+@tls_options
 @friendly_errors
-def init(app_spec: str) -> None:
+def init(app_spec: str, url: str | None, tls: TLS | None) -> None:
     """Create the tables of the app's PostgreSQL stores and outbox, and check that each
-    store answers. Idempotent; the tables are also created on first use."""
+    store answers; with an outbox, also that the broker its relay publishes to answers.
+    Idempotent; the tables are also created on first use. Example:
+
+        rabbitq effects init examples.payment_service:app
+    """
     app = load_app(app_spec)
     targets = [*stores_of(app), *([app.outbox] if app.outbox is not None else [])]
     if not targets:
@@ -48,6 +57,11 @@ def init(app_spec: str) -> None:
             await target.open()
             await target.close()
             click.echo(f"ready: {target!r}")
+        if app.outbox is not None:
+            broker = app.resolved_url(url)
+            connection = await connect_once(broker, name="rabbitq effects init", tls=tls or app.tls)
+            await connection.close()
+            click.echo(f"ready: broker {redact_url(broker)} (for the outbox relay)")
 
     asyncio.run(run())
 
@@ -62,10 +76,22 @@ def outbox() -> None:
 @click.option(
     "--metrics-port",
     type=click.IntRange(0, 65535),
-    help="Serve the relay's Prometheus metrics on this port [default: off].",
+    help="Serve the relay's Prometheus metrics on /metrics on this port [default: off].",
 )
-@click.option("--metrics-bind", default="127.0.0.1", show_default=True)
+@click.option(
+    "--metrics-bind",
+    default=DEFAULT_BIND,
+    show_default=True,
+    help="Address for --metrics-port (127.0.0.1 keeps it local), as for rabbitq worker.",
+)
 @click.option("--log-json", is_flag=True, help="Log one JSON object per line.")
+@click.option(
+    "--log-level",
+    type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False),
+    default="info",
+    show_default=True,
+    help="How much to log, as for rabbitq worker.",
+)
 @url_option
 @tls_options
 @friendly_errors
@@ -74,21 +100,32 @@ def relay(
     metrics_port: int | None,
     metrics_bind: str,
     log_json: bool,
+    log_level: str,
     url: str | None,
     tls: TLS | None,
 ) -> None:
     """Publish the app's pending outbox rows with confirms until SIGTERM/SIGINT.
 
     One relay per outbox is active at a time; others wait as standbys and take over.
-    """
-    # Imported here: the relay needs the postgres extra, the rest of the CLI does not.
-    from ..effects.metrics import OutboxMetrics
-    from ..effects.relay import Relay
+    Each row's routing key needs a queue bound to it (a consumer's worker declares one):
+    until then the row waits in the outbox and the relay says so. Needs the postgres
+    extra. Example:
 
+        rabbitq outbox relay examples.payment_service:app --metrics-port 9101
+    """
     app = load_app(app_spec)
     if app.outbox is None:
         raise ConfigurationError(f"{app_spec} has no outbox: create one with Outbox(dsn, app=app)")
-    logs.configure(level="INFO", json=log_json, secrets=[url_password(app.resolved_url(url)) or ""])
+    try:  # imported here: the relay needs the postgres extra, the rest of the CLI does not
+        from ..effects.metrics import OutboxMetrics
+        from ..effects.relay import Relay
+    except ImportError as exc:
+        raise click.ClickException(missing("rabbitq outbox relay", exc)) from None
+    logs.configure(
+        level=log_level.upper(),
+        json=log_json,
+        secrets=[url_password(app.resolved_url(url)) or ""],
+    )
     metrics = OutboxMetrics(app.outbox.sql.table)
     if metrics_port is not None:
         from prometheus_client import start_http_server

@@ -36,8 +36,9 @@ def _parse_body(app: App, type_name: str, body: str) -> Any:
         model = lookup(type_name)
         if model is None:
             known = ", ".join(sorted(app.handlers)) or "none"
-            raise ConfigurationError(
-                f"unknown message type {type_name!r} (this app handles: {known})"
+            raise click.BadParameter(  # bad input, as a failed validation: exit 2
+                f"unknown message type {type_name!r} (this app handles: {known})",
+                param_hint="TYPE",
             )
     else:
         model = app.handlers[type_name].model
@@ -96,7 +97,10 @@ def publish(
     app = load_app(app_spec)
     message = _parse_body(app, type_name, body)
     if delay is not None:
-        app.topology().retry_queue(delay_ms(delay))  # a bad delay fails before connecting
+        try:  # a bad delay fails before connecting, as bad input (exit 2)
+            app.topology().retry_queue(delay_ms(delay))
+        except ConfigurationError as exc:
+            raise click.BadParameter(str(exc), param_hint="--delay") from None
 
     async def go() -> str:
         async with app.publisher(url=url, tls=tls) as pub:

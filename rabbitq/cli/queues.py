@@ -10,7 +10,7 @@ import orjson
 from rich.console import Console
 from rich.table import Table
 
-from .. import orphans
+from .. import orphans, teardown
 from ..amqp.connection import connect
 from ..app import load_app
 from ..retry import RetryPolicy, delay_ms
@@ -60,6 +60,14 @@ def _topology_rows(topology: Topology) -> list[dict[str, Any]]:
     help="Also look for an orphaned retry queue of this delay in seconds (repeatable); "
     "common delays are always looked for.",
 )
+@click.option(
+    "--delete",
+    is_flag=True,
+    help="Delete the app's queues instead (main, retry, DLQ, orphaned retry queues), and "
+    "its exchange if nothing else is bound to it; refused if a queue holds messages or "
+    "has consumers. With --dry-run: only say what would be deleted.",
+)
+@click.option("--force", is_flag=True, help="With --delete: delete queues that hold messages.")
 @json_option
 @url_option
 @tls_options
@@ -69,6 +77,8 @@ def topology(
     dry_run: bool,
     prune: bool,
     delays: tuple[float, ...],
+    delete: bool,
+    force: bool,
     as_json: bool,
     url: str | None,
     tls: TLS | None,
@@ -79,13 +89,26 @@ def topology(
     arguments, that queue is left as it is (objects declared before it stay declared)
     and the error names the queue and the argument. Retry queues of delays no handler
     uses any more (after a change of delays) are named with their depth; --prune
-    deletes the empty ones (the broker checks that they are empty).
+    deletes those that hold no message and have no consumer (checked just before the
+    delete, on quorum and classic queues alike; stop workers that still run the old
+    delays first). --delete removes the app from the broker. Examples:
+
+        rabbitq topology myservice:app --prune
+        rabbitq topology myservice:app --delete --dry-run
     """
     if prune and dry_run:
         raise click.UsageError("--prune and --dry-run do not go together")
+    if delete and prune:
+        raise click.UsageError("--delete and --prune do not go together")
+    if force and not delete:
+        raise click.UsageError("--force needs --delete")
     app = load_app(app_spec)
     plan = app.topology()
     extra = [delay_ms(d) for d in delays]
+    if delete:
+        _delete(app_spec, app.resolved_url(url), tls or app.tls, plan, extra,
+                force=force, dry_run=dry_run, as_json=as_json)  # fmt: skip
+        return
     found: list[QueueDepth] = []
     pruned: list[orphans.Pruned] = []
     if not dry_run:
@@ -107,7 +130,7 @@ def topology(
     if prune:
         rows += [
             {"kind": "pruned" if p.deleted else "kept", "name": p.name, "arguments": {}}
-            | ({} if p.deleted else {"messages": p.messages})
+            | ({} if p.deleted else {"messages": p.messages, "consumers": p.consumers})
             for p in pruned
         ]
     elif found:
@@ -122,11 +145,55 @@ def topology(
     for row in rows:
         args = ", ".join(f"{k}={v!r}" for k, v in row["arguments"].items())
         if row["kind"] == "kept":
-            args = f"{row['messages']} message(s) still in it: prune again once it is empty"
+            args = (
+                f"{row['messages']} message(s) still in it: prune again once it is empty"
+                if row["messages"] or not row["consumers"]
+                else f"{row['consumers']} consumer(s) on it: kept"
+            )
         elif row["kind"] == "pruned":
             args = "empty, no handler uses it: deleted"
         table.add_row(row["kind"], row["name"], args)
     Console().print(table)
+
+
+def _delete(
+    app_spec: str,
+    url: str,
+    tls: TLS | None,
+    plan: Topology,
+    extra: list[int],
+    *,
+    force: bool,
+    dry_run: bool,
+    as_json: bool,
+) -> None:
+    async def go() -> teardown.Teardown:
+        connection = await connect(url, name="rabbitq topology", tls=tls)
+        try:
+            return await teardown.delete(
+                connection, plan, extra_ms=extra, force=force, dry_run=dry_run
+            )
+        finally:
+            await connection.close()
+
+    done = asyncio.run(go())
+    if done.refusal:
+        raise click.ClickException(done.refusal)
+    verb = "would delete" if dry_run else "deleted"
+    rows = [{"kind": d.kind, "name": d.name, "messages": d.messages} for d in done.queues]
+    if as_json:
+        for row in rows:
+            click.echo(orjson.dumps(row | {"deleted": done.deleted}).decode())
+        click.echo(orjson.dumps({"exchange": plan.exchange,
+                                 "deleted": done.exchange_deleted}).decode())  # fmt: skip
+        return
+    if not rows:
+        click.echo(f"nothing to delete: no queue of {app_spec} on {redact_url(url)}")
+    for row in rows:
+        click.echo(f"{verb} {row['kind']} queue {row['name']} ({row['messages']} message(s))")
+    if not dry_run:
+        exchange = "deleted" if done.exchange_deleted else "kept (other queues are bound to it)"
+        click.echo(f"exchange {plan.exchange}: {exchange}")
 
 
 @click.command()

@@ -85,7 +85,9 @@ def worker(
     Declares the topology, runs handlers with at most PREFETCH in flight, sends failures
     to the retry queues and the DLQ, and on a signal drains and exits 0. With
     --metrics-port, Prometheus metrics, liveness and readiness are served over HTTP
-    (summed over all processes with --processes).
+    (summed over all processes with --processes). Example:
+
+        rabbitq worker myservice:app --processes 2 --metrics-port 9100
     """
     spec = WorkerSpec(
         app_spec=app_spec,

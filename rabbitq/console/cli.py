@@ -13,7 +13,8 @@ import click
 
 from ..app import load_app
 from ..cli.common import friendly_errors, tls_options, url_option
-from ..settings import TLS, TLS_CA_ENV, TLS_CERT_ENV, TLS_KEY_ENV, resolve_url
+from ..ops import logs
+from ..settings import TLS, TLS_CA_ENV, TLS_CERT_ENV, TLS_KEY_ENV, resolve_url, url_password
 
 TOKEN_ENV = "RABBITQ_CONSOLE_TOKEN"
 
@@ -102,6 +103,7 @@ def console(
 
         from .security import Guard, new_token, served_hosts, token_id
         from .server import create_app
+        from .serving import ConsoleServer, check_broker_sync
         from .state import Config
         from .targets import from_app, from_queue
     except ImportError as exc:  # the optional extra is missing
@@ -140,7 +142,9 @@ def console(
         outboxes=outboxes,
         allowed_hosts=served_hosts(bind, allowed_hosts),
     )
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    # The root logger is the CLI's (WARNING): the console says at INFO what it does.
+    logs.configure(level="INFO", secrets=[url_password(config.url) or ""])
+    check_broker_sync(config.url)  # a refused login is one line now, not a page later
     sock = listen(bind, port)
     port = sock.getsockname()[1]
     where = f"http://{bind if ':' not in bind else f'[{bind}]'}:{port}/"
@@ -161,5 +165,6 @@ def console(
                 + " are served; add --allowed-host NAME for each name browsers use",
                 err=True,
             )
-    server = uvicorn.Server(uvicorn.Config(create_app(config), log_level="warning"))
+    server = ConsoleServer(uvicorn.Config(create_app(config), log_level="warning"))
     server.run(sockets=[sock])
+    logging.getLogger("rabbitq.console").info("console stopped")

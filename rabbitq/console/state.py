@@ -22,7 +22,8 @@ from aio_pika.abc import AbstractRobustConnection
 from prometheus_client.parser import text_string_to_metric_families
 
 from ..amqp.connection import connect
-from ..settings import redact_url
+from ..errors import RabbitqError
+from ..settings import redact_url, scrub, url_password
 from ..topology import QueueDepth, queue_depths
 from .actions import Jobs, Snapshots
 from .history import History, Sample, counters_by_queue
@@ -134,9 +135,12 @@ class State:
                 self.connection = await connect(self.config.url, name="rabbitq console")
             specs = [spec for t in self.config.targets for spec in t.queues]
             depths = await queue_depths(self.connection, specs)
-        except Exception as exc:
-            self.broker_error = f"cannot read queue depths from {self.config.shown_url}: " + (
-                type(exc).__name__
+        except Exception as exc:  # the one line the CLI would print ("refused the login")
+            said = scrub(str(exc), url_password(self.config.url)) or type(exc).__name__
+            self.broker_error = (
+                said  # rabbitq's errors name the broker already
+                if isinstance(exc, RabbitqError)
+                else f"cannot read queue depths from {self.config.shown_url}: {said}"
             )
             log.warning("%s", self.broker_error)
             raise

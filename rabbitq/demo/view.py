@@ -113,10 +113,16 @@ class View:
     def worker_logs(self) -> Iterator[None]:
         """Show the worker's log lines in the view while inside, instead of on stderr.
 
-        Without a view (``none``), the worker logs as it always does.
+        Without a view (``none``, for ``--json``), only errors reach stderr: the retries
+        and dead letters the demo stages are in the JSON tally.
         """
         if self.display == "none":
-            yield
+            level = worker_log.level
+            worker_log.setLevel(logging.ERROR)
+            try:
+                yield
+            finally:
+                worker_log.setLevel(level)
             return
         handler = _ToView(self)
         saved = worker_log.level, worker_log.propagate

@@ -36,6 +36,7 @@ class Tally:
     possible_duplicates: int = 0
     other_consumers: int = 0
     dry_run: bool = False
+    into: tuple[str, ...] = ()  # where the messages went, if not ``queue`` (import --replay)
     failures: dict[str, int] = field(default_factory=dict)
     matched: list[DeadMessage] = field(default_factory=list)
     started: float = field(default_factory=time.monotonic)
@@ -65,4 +66,4 @@ class Tally:
             "other_consumers": self.other_consumers,
             "failures": self.failures,
             "seconds": round(self.elapsed, 3),
-        }
+        } | ({"into": list(self.into)} if self.into else {})

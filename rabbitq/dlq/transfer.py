@@ -191,6 +191,7 @@ async def import_messages(
     dlq = resolve_dlq(queue)
     tally = Tally(operation="import", queue=dlq)
     tally.total, targets = _check_file(path, dlq, replay=replay, to=to)
+    tally.into = tuple(sorted(targets))
     user = user_of(target)
     async with connection_for(target, connection, f"rabbitq dlq import {dlq}") as conn:
         await _require_queues(conn, targets, target)

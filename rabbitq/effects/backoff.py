@@ -108,8 +108,15 @@ def summary(
     if len(types) > 3:
         shown.append(f"{len(types) - 3} more")
     wait = f"; each waits its backoff (up to {longest:g}s)" if longest else ""
+    unbound = (
+        "; an unroutable row waits until a queue is bound to its type: start a worker of "
+        "the service that consumes it, or declare its queue with 'rabbitq topology "
+        "MODULE:APP'"
+        if kinds.get("unroutable")
+        else ""
+    )
     return (
         f"outbox {table}: {failures} failed publish(es) of {rows} row(s) ({by_kind}; "
         f"types {', '.join(shown)}), e.g. row {example.row_id}: {example.error}{wait}; "
-        f"later rows of their keys wait, the others go on (rabbitq outbox list)"
+        f"later rows of their keys wait, the others go on (rabbitq outbox list){unbound}"
     )

@@ -68,7 +68,8 @@ class Facts:
     management_error: str | None = None
     """Why the management API could not be used (None: it was, or it was not tried)."""
     other_queues: Mapping[str, int] | None = None
-    """Every queue on the vhost with its depth (management API); None: not known."""
+    """Every queue on the vhost with its depth (management API); without the API, the
+    app's retry queues of common delays found over AMQP; None: not known."""
     other_arguments: Mapping[str, Mapping[str, Any]] | None = None
     """The arguments of each queue in ``other_queues`` (management API); None: not known."""
     alarms: Sequence[str] | None = None
@@ -241,7 +242,7 @@ def _orphans(facts: Facts) -> list[Finding]:
     known = {spec.name for spec in facts.topology.retries}
     delays = ", ".join(delay_label(s.ttl_ms or 0) for s in facts.topology.retries) or "none"
     unused = f"no handler uses it any more (this app's delays: {delays})"
-    prune = "rabbitq topology MODULE:APP --prune (the broker deletes it only while it is empty)"
+    prune = "rabbitq topology MODULE:APP --prune (it deletes only an empty, unused one)"
     findings = []
     for name, depth in sorted(facts.other_queues.items()):
         if not name.startswith(prefix) or name in known:

@@ -22,10 +22,12 @@ from urllib.parse import quote, unquote, urlsplit
 import aiormq
 from aio_pika.abc import AbstractConnection
 
+from .. import orphans
 from ..amqp.connection import connect_once
 from ..app import App
 from ..brokers import facts_for, server_properties, version_from_server_properties
 from ..settings import TLS, broker_urls, redact_url, scrub
+from ..topology import mismatch_from_error
 from .doctor import Facts, QueueState
 
 MANAGEMENT_PORT = 15672
@@ -95,6 +97,8 @@ async def gather(
     try:
         version = version_from_server_properties(server_properties(connection))
         declared = await _declared(connection, app)
+        # Over AMQP too, for when the management API does not answer (it lists them all).
+        found = await orphans.find(connection, topology)
     finally:
         await connection.close()
     management = Management.for_broker(url, management_url)
@@ -117,6 +121,8 @@ async def gather(
                 queues[spec.name] = _state(by_name[spec.name], declared[spec.name])
     for spec in topology.queues:  # without the API, what AMQP told
         queues.setdefault(spec.name, declared[spec.name])
+    if other is None:  # the retry queues of common delays, probed over AMQP
+        other = {d.name: d.messages for d in found}
     return Facts(
         broker=facts_for(version),
         topology=topology,
@@ -184,7 +190,8 @@ async def _declared(connection: AbstractConnection, app: App) -> dict[str, Queue
         try:
             await channel.declare_queue(spec.name, durable=True, arguments=dict(spec.arguments))
         except aiormq.exceptions.ChannelPreconditionFailed as exc:
-            mismatch = str(exc.args[0] if exc.args else exc)
+            explained = mismatch_from_error(exc, app.topology())  # e.g. the other queue type
+            mismatch = str(explained) if explained else str(exc.args[0] if exc.args else exc)
         finally:
             if not channel.is_closed:
                 await channel.close()

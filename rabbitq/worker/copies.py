@@ -41,11 +41,11 @@ from pamqp.commands import Basic
 from .. import headers as h
 from ..amqp.confirm import send_confirmed
 from ..errors import PublishInterrupted, PublishNacked, Unroutable
-from ..hooks import UNROUTABLE_COPY, Hooks
+from ..hooks import UNKNOWN, UNROUTABLE_COPY, Hooks
 from ..retry import DeadLetter, Retry
 from ..topology import Topology
 from .delivery import Incoming
-from .dispatch import Outcome
+from .dispatch import Outcome, resolve_type
 
 log = logging.getLogger("rabbitq.worker")
 
@@ -213,12 +213,20 @@ def report_copied(
         log.warning(
             "message %s (%s) dead-lettered to %s (%s): %s",
             delivery.message_id or "-",
-            outcome.type_name,
+            _shown_type(outcome, delivery, queue),
             target,
             decision.reason,
             outcome.error,
         )
         hooks.dead_lettered(queue, outcome.type_name, decision.reason, outcome.duration)
+
+
+def _shown_type(outcome: Outcome, delivery: Incoming, queue: str) -> str:
+    """The type a log line names: the one the producer sent, even where metrics say
+    ``unknown`` to keep their labels bounded (at most 200 characters of it)."""
+    if outcome.type_name != UNKNOWN:
+        return outcome.type_name
+    return resolve_type(delivery, queue)[:200] or UNKNOWN
 
 
 def close_later(channel: AbstractChannel, delay: float) -> None:

@@ -159,7 +159,7 @@ class Worker:
             # Declared on the robust channel, so aio-pika re-declares it on reconnect.
             await declare(self._consume_channel, self.topology)
             self._consume_channel.close_callbacks.add(limits.on_channel_closed)  # not before
-            await orphans.report(self._connection, self.topology, log)
+            await orphans.report(self._connection, self.topology, log, app_spec=self.app.loaded_as)
             await self._consume()
             self._consume_channel.reopen_callbacks.add(self._on_reopened)
         except BaseException:

@@ -37,7 +37,8 @@ def test_effects_init_creates_the_store_and_outbox_tables(service):
     result = CliRunner().invoke(main, ["effects", "init", "tests.effects.once_service:app"])
 
     assert result.exit_code == 0, result.output
-    assert result.output.count("ready:") == 2
+    assert result.output.count("ready:") == 3
+    assert "ready: broker amqp://" in result.output  # the outbox relay's broker answers
     with psycopg.connect(PG_URL) as conn:
         tables = {
             r[0]

@@ -2,9 +2,9 @@
 published through the broker, outcomes read back from the queues.
 
 Each test builds the example's app with ``create_app`` under its own queue and exchange
-names and deletes them afterwards. The CLI tests use the module-level apps, which
-publish to the shared ``rabbitq`` exchange; they bind a queue of their own (or none)
-and refuse to run if the example's real queue exists, so as not to feed it.
+names and deletes them afterwards. The CLI tests use the module-level apps on an
+exchange of their own (``$EXAMPLES_EXCHANGE``), so that the queues of someone trying
+the examples on the same broker are neither fed nor in the way (issue 25, item 4).
 """
 
 from __future__ import annotations
@@ -188,33 +188,25 @@ async def test_the_payment_queues_are_quorum_queues(pay, connection):
 # -- the CLI and `python -m` with the module-level apps ----------------------------------
 
 
-async def queue_exists(conn: AbstractRobustConnection, name: str) -> bool:
-    channel = await conn.channel()
-    try:
-        await channel.declare_queue(name, passive=True)
-    except aio_pika.exceptions.ChannelClosed:
-        return False
-    await channel.close()
-    return True
-
-
 @pytest.fixture
-async def no_live_queue(connection: AbstractRobustConnection) -> Callable[..., Any]:
-    async def check(name: str) -> None:
-        if await queue_exists(connection, name):
-            pytest.skip(f"a {name!r} queue exists on this broker; not publishing into it")
+async def examples_exchange(connection: AbstractRobustConnection, uid: str) -> Any:
+    """An exchange of this test's own for the module-level apps (``$EXAMPLES_EXCHANGE``):
+    queues a person left from trying the examples are never fed, and never in the way."""
+    name = f"t.{uid}.examples"
+    yield name
+    channel = await connection.channel()
+    await channel.exchange_delete(name)
+    await channel.close()
 
-    return check
 
-
-def run(args: list[str], broker_url: str) -> subprocess.CompletedProcess[str]:
+def run(args: list[str], broker_url: str, exchange: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         args,
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=60,
-        env={**os.environ, "RABBITQ_URL": broker_url},
+        env={**os.environ, "RABBITQ_URL": broker_url, "EXAMPLES_EXCHANGE": exchange},
     )
 
 
@@ -223,12 +215,13 @@ def rabbitq_cli() -> list[str]:
     return [str(script)] if script.exists() else [sys.executable, "-m", "rabbitq"]
 
 
-async def test_the_cli_publishes_a_validated_capture_to_the_shared_exchange(
-    connection, broker_url, no_live_queue
+async def test_the_cli_publishes_a_validated_capture_to_the_examples_exchange(
+    connection, broker_url, examples_exchange
 ):
-    await no_live_queue("payments")
     channel = await connection.channel()
-    exchange = await channel.declare_exchange("rabbitq", aio_pika.ExchangeType.TOPIC, durable=True)
+    exchange = await channel.declare_exchange(
+        examples_exchange, aio_pika.ExchangeType.TOPIC, durable=True
+    )
     tap = await channel.declare_queue(exclusive=True, auto_delete=True)
     await tap.bind(exchange, routing_key="payment.capture")
     payment_id = str(uuid.uuid4())
@@ -246,6 +239,7 @@ async def test_the_cli_publishes_a_validated_capture_to_the_shared_exchange(
                 "cli-1",
             ],
             broker_url,
+            examples_exchange,
         )
         assert proc.returncode == 0, proc.stderr
         assert "message_id=cli-1" in proc.stdout
@@ -266,8 +260,7 @@ async def test_the_cli_publishes_a_validated_capture_to_the_shared_exchange(
     assert wire["requested_at"].endswith("Z")  # filled in, timezone-aware
 
 
-async def test_the_cli_refuses_a_capture_that_no_queue_would_receive(broker_url, no_live_queue):
-    await no_live_queue("payments")
+async def test_the_cli_refuses_a_capture_that_no_queue_would_receive(broker_url, examples_exchange):
     body = {"payment_id": str(uuid.uuid4()), "amount": "1.00", "currency": "USD"}
 
     proc = run(
@@ -279,21 +272,20 @@ async def test_the_cli_refuses_a_capture_that_no_queue_would_receive(broker_url,
             orjson.dumps(body).decode(),
         ],
         broker_url,
+        examples_exchange,
     )
 
     assert proc.returncode == 1
     assert proc.stderr.strip().splitlines() == [
-        "Error: no queue is bound to exchange 'rabbitq' with routing key 'payment.capture'; "
-        "nothing was stored"
+        f"Error: no queue is bound to exchange {examples_exchange!r} with routing key "
+        "'payment.capture'; nothing was stored"
     ]
 
 
 async def test_publishing_the_email_samples_before_a_worker_ran_says_what_to_do(
-    broker_url, no_live_queue
+    broker_url, examples_exchange
 ):
-    await no_live_queue("emails")
-
-    proc = run([sys.executable, "-m", "examples.email_service"], broker_url)
+    proc = run([sys.executable, "-m", "examples.email_service"], broker_url, examples_exchange)
 
     assert proc.returncode == 1
     assert "no queue is bound" in proc.stderr

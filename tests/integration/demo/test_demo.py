@@ -99,6 +99,7 @@ async def test_the_demo_command_runs_twice_with_the_same_tally_then_cleans_up(
     # The second run starts from the first one's leftovers (5 messages in the DLQ).
     second = rabbitq("demo", "--queue", demo, "--json", url=broker_url)
     assert second.returncode == 0, second.stderr
+    assert second.stderr == ""  # --json: the tally on stdout, nothing on stderr (issue 25)
     tally = orjson.loads(second.stdout)
     assert tally["ok"] is True
     assert {k: tally[k] for k in EXPECTED} == EXPECTED
