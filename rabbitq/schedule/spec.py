@@ -116,6 +116,36 @@ def _is_async(fn: Callable[..., Any]) -> bool:
     return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(type(fn).__call__)
 
 
+def check(
+    *,
+    cron: str | None,
+    every: timedelta | None,
+    tz: str | ZoneInfo | None,
+    catch_up: str,
+    label: str,
+) -> None:
+    """Refuse bad arguments with one line each (the decorator calls it at once)."""
+    if (cron is None) == (every is None):
+        raise ConfigurationError(f"schedule {label!r}: give either cron= or every=, not both")
+    if catch_up not in CATCH_UPS:
+        raise ConfigurationError(
+            f"schedule {label!r}: catch_up must be one of {', '.join(CATCH_UPS)}, not {catch_up!r}"
+        )
+    if every is not None:
+        if tz is not None:
+            raise ConfigurationError(
+                f"schedule {label!r}: tz= goes with cron= (every= ticks are UTC instants)"
+            )
+        if not isinstance(every, timedelta) or every < MIN_EVERY:
+            raise ConfigurationError(
+                f"schedule {label!r}: every must be a timedelta of at least 1 second, "
+                f"not {every!r}"
+            )
+    if cron is not None:
+        cronlib.parse(cron)
+    _zone(tz)
+
+
 def make(
     fn: Callable[[datetime], Any],
     *,
@@ -127,27 +157,13 @@ def make(
 ) -> Schedule:
     """Validate the decorator's arguments into a :class:`Schedule` (one-line errors)."""
     label = name or getattr(fn, "__name__", None) or ""
+    check(cron=cron, every=every, tz=tz, catch_up=catch_up, label=label)
     if not NAME.fullmatch(label):
         raise ConfigurationError(
             f"schedule name {label!r}: 1-100 letters, digits, '_', '.' or '-' (pass name=)"
         )
-    if (cron is None) == (every is None):
-        raise ConfigurationError(f"schedule {label!r}: give either cron= or every=, not both")
-    if catch_up not in CATCH_UPS:
-        raise ConfigurationError(
-            f"schedule {label!r}: catch_up must be one of {', '.join(CATCH_UPS)}, not {catch_up!r}"
-        )
     if not callable(fn):
         raise ConfigurationError(f"schedule {label!r}: {fn!r} is not a function")
-    if every is not None:
-        if tz is not None:
-            raise ConfigurationError(
-                f"schedule {label!r}: tz= goes with cron= (every= ticks are UTC instants)"
-            )
-        if not isinstance(every, timedelta) or every < MIN_EVERY:
-            raise ConfigurationError(
-                f"schedule {label!r}: every must be a timedelta of at least 1 second, not {every!r}"
-            )
     return Schedule(
         name=label,
         fn=fn,
@@ -184,10 +200,8 @@ class Schedules(Mapping[str, Schedule]):
         name: str | None = None,
     ) -> Callable[[F], F]:
         """What :meth:`rabbitq.App.schedule` returns: registers the decorated function."""
-        if cron is not None:  # fail at the decorator line, before the function is known
-            cronlib.parse(cron)
-        if tz is not None:
-            _zone(tz)
+        # fail at the decorator line, before the function is known
+        check(cron=cron, every=every, tz=tz, catch_up=catch_up, label=name or "schedule")
 
         def register(fn: F) -> F:
             schedule = make(fn, cron=cron, every=every, tz=tz, catch_up=catch_up, name=name)
