@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..app import load_app
+from ..schedule.metrics import ScheduleMetrics
+from ..schedule.runner import Scheduler, beside
 from ..settings import TLS, url_password
 from ..worker.handler_pool import THREAD_PREFIX as HANDLER_THREAD_PREFIX
 from ..worker.lifecycle import DEFAULT_GRACE_PERIOD, Worker
@@ -56,6 +58,7 @@ class WorkerSpec:
     sample_interval: float = DEFAULT_SAMPLE_INTERVAL
     loop: str = "auto"
     exit_if_stuck: bool = True
+    schedules: bool = True  # run the app's schedules too (rabbitq.schedule)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -100,7 +103,13 @@ def run(spec: WorkerSpec, *, child: Child | None = None) -> None:
         metrics.expect(worker.app)  # (serve_metrics does it in a single process)
         for handler in logging.getLogger().handlers:
             handler.filters.insert(0, _Prefix(child.number))
-    loop.run(_serve(worker, metrics, spec, child), loop=spec.loop)
+    scheduler = None
+    if spec.schedules and worker.app.schedules:
+        registry = None if metrics is None else metrics.registry
+        scheduler = Scheduler(
+            worker.app, url=spec.url, tls=spec.tls, metrics=ScheduleMetrics(registry)
+        )
+    loop.run(beside(_serve(worker, metrics, spec, child), scheduler), loop=spec.loop)
     if spec.exit_if_stuck:
         exit_if_handlers_stuck()
 

@@ -30,9 +30,9 @@ import heapq
 import logging
 import os
 import socket
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import aio_pika
 import aiormq
@@ -53,6 +53,7 @@ if TYPE_CHECKING:
     from ..app import App
 
 log = logging.getLogger("rabbitq.schedule")
+T = TypeVar("T")
 
 LEASE_RETRY = 1.0  # seconds between attempts to take the lease
 COMMIT_TIMEOUT = 10.0  # a tick's transaction must commit within this, or the leader steps down
@@ -328,3 +329,22 @@ class _Found:
     def __init__(self) -> None:
         self.records: list[plan.Progress] = []
         self.tags: list[int] = []
+
+
+async def beside(main: Awaitable[T], scheduler: Scheduler | None) -> T:
+    """Await ``main`` (a worker's run) with ``scheduler`` running beside it, if any;
+    stop the scheduler (releasing its lease) when ``main`` ends."""
+    if scheduler is None:
+        return await main
+    task = asyncio.create_task(scheduler.run(), name="rabbitq scheduler")
+    task.add_done_callback(_report)
+    try:
+        return await main
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+def _report(task: asyncio.Task[None]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.error("the scheduler stopped", exc_info=task.exception())

@@ -138,8 +138,7 @@ def check(
             )
         if not isinstance(every, timedelta) or every < MIN_EVERY:
             raise ConfigurationError(
-                f"schedule {label!r}: every must be a timedelta of at least 1 second, "
-                f"not {every!r}"
+                f"schedule {label!r}: every must be a timedelta of at least 1 second, not {every!r}"
             )
     if cron is not None:
         cronlib.parse(cron)
