@@ -149,6 +149,10 @@ class Scheduler:
                         type(exc).__name__,
                         exc,
                     )
+            except Exception:  # a bug must not end the schedules for good: log, start over
+                log.exception(
+                    "stopped leading the schedules of %s; contending again", self.app.queue
+                )
             finally:
                 self._step_down()
                 with contextlib.suppress(Exception):
@@ -317,7 +321,7 @@ class Scheduler:
         try:
             async with asyncio.timeout(COMMIT_TIMEOUT):
                 await tx.tx_commit()
-        except BaseException:
+        except Exception:  # (a cancelled commit is not a doubt: the next leader reads it)
             self.metrics.unconfirmed.inc()
             raise
 
