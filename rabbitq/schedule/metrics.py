@@ -4,6 +4,8 @@ them beside the worker's; ``rabbitq scheduler --metrics-port`` serves them alone
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from .plan import LATE_AFTER
@@ -61,3 +63,13 @@ class ScheduleMetrics:
             "Times this process took the schedules' lease.",
             registry=r,
         )
+
+    def expect(self, names: Iterable[str]) -> None:
+        """Start every series of these schedules at zero, so that the first increment
+        shows in ``increase()`` (as the worker's metrics do)."""
+        for name in names:
+            self.published.labels(name)
+            self.late.labels(name)
+            self.lateness.labels(name)
+            for reason in ("catch_up", "error"):
+                self.skipped.labels(name, reason)

@@ -97,6 +97,10 @@ def _forever(
         tick = schedule.next_after(tick)
 
 
+def _head(tick: datetime, name: str) -> tuple[datetime, str, datetime]:
+    return tick.astimezone(UTC), name, tick
+
+
 class Scheduler:
     """Runs ``app``'s schedules while it holds the lease; contends for it otherwise.
 
@@ -118,6 +122,7 @@ class Scheduler:
         self.url = app.resolved_url(url)
         self.tls = tls or app.tls
         self.metrics = metrics or ScheduleMetrics()
+        self.metrics.expect(app.schedules)
         self.retry_interval = retry_interval
         self.clock = clock
         self.name = instance_name()
@@ -199,7 +204,8 @@ class Scheduler:
         progress = plan.merge(found.records)
         self._published = dict(progress.published)
         through = dict(progress.ticks)
-        heads: list[tuple[datetime, str]] = []
+        # (instant in UTC, name, tick): two ticks of one zone would compare as wall times
+        heads: list[tuple[datetime, str, datetime]] = []
         ticks: dict[str, Iterator[datetime]] = {}
         for name, schedule in self.app.schedules.items():
             decision = plan.catch_up(schedule, through.get(name), now)
@@ -214,7 +220,7 @@ class Scheduler:
             if not decision.ticks:  # nothing owed before `after`: record that now
                 through[name] = decision.after
             ticks[name] = _forever(schedule, decision.ticks, decision.after)
-            heapq.heappush(heads, (next(ticks[name]), name))
+            heapq.heappush(heads, _head(next(ticks[name]), name))
         self._progress = plan.Progress(ticks=through)
         # the first commit compacts what was read into one record, held by us no longer
         await self._commit(channel, [], acks=found.tags)
@@ -225,13 +231,13 @@ class Scheduler:
             self.name,
         )
         while True:
-            tick, name = heads[0]
+            _, name, tick = heads[0]
             wait = (tick - self.clock()).total_seconds()
             if wait > 0:
                 await asyncio.sleep(min(wait, MAX_SLEEP))
                 continue
             await self._tick(channel, self.app.schedules[name], tick)
-            heapq.heapreplace(heads, (next(ticks[name]), name))
+            heapq.heapreplace(heads, _head(next(ticks[name]), name))
 
     async def _read_progress(self, channel: AbstractChannel) -> _Found:
         underlay = await channel.get_underlay_channel()

@@ -34,13 +34,14 @@ async def counted(
     app = make_app(queue_type="classic")
     channel = await connection.channel()
     ex = await channel.declare_exchange(app.exchange, aio_pika.ExchangeType.TOPIC, durable=True)
-    queue = await channel.declare_queue(f"t.{uid}.beats", auto_delete=True)
+    queue = await channel.declare_queue(f"t.{uid}.beats")
     await queue.bind(ex, Beat.type_name())
     try:
         yield app, queue
     finally:
-        with contextlib.suppress(Exception):
-            await channel.queue_delete(plan.progress_queue(app.queue))
+        for name in (plan.progress_queue(app.queue), queue.name):
+            with contextlib.suppress(Exception):
+                await channel.queue_delete(name)
 
 
 async def receive(queue, count: int) -> list[aio_pika.abc.AbstractIncomingMessage]:
