@@ -11,6 +11,7 @@
 """
 
 from .metrics import ScheduleMetrics
+from .runner import Scheduler
 from .spec import Schedule, tick_id
 
-__all__ = ["Schedule", "ScheduleMetrics", "tick_id"]
+__all__ = ["Schedule", "ScheduleMetrics", "Scheduler", "tick_id"]
