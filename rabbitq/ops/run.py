@@ -109,7 +109,8 @@ def run(spec: WorkerSpec, *, child: Child | None = None) -> None:
         scheduler = Scheduler(
             worker.app, url=spec.url, tls=spec.tls, metrics=ScheduleMetrics(registry)
         )
-    loop.run(beside(_serve(worker, metrics, spec, child), scheduler), loop=spec.loop)
+    main = _serve(worker, metrics, spec, child)
+    loop.run(main if scheduler is None else beside(main, scheduler), loop=spec.loop)
     if spec.exit_if_stuck:
         exit_if_handlers_stuck()
 
