@@ -129,6 +129,7 @@ class Scheduler:
         self.leading = False
         self._progress = plan.Progress(ticks={})
         self._published: dict[str, datetime] = {}
+        self._last_error: str | None = None
 
     async def run(self) -> None:
         """Contend and lead, reconnecting after any loss, until cancelled (at once for
@@ -141,7 +142,7 @@ class Scheduler:
                     self.url, name=f"rabbitq scheduler {self.app.queue}", tls=self.tls
                 )
             except BrokerUnavailable as exc:
-                log.warning("scheduler of %s: %s", self.app.queue, exc)
+                self._note(exc)
                 await asyncio.sleep(self.retry_interval)
                 continue
             try:
@@ -154,6 +155,8 @@ class Scheduler:
                         type(exc).__name__,
                         exc,
                     )
+                else:
+                    self._note(exc)
             except Exception:  # a bug must not end the schedules for good: log, start over
                 log.exception(
                     "stopped leading the schedules of %s; contending again", self.app.queue
@@ -164,6 +167,14 @@ class Scheduler:
                     async with asyncio.timeout(5):
                         await connection.close()
             await asyncio.sleep(self.retry_interval)
+
+    def _note(self, exc: BaseException) -> None:
+        """Log why contending failed, once until the reason changes (it is retried
+        every second: a broker down for an hour would otherwise fill the log)."""
+        said = f"{type(exc).__name__}: {exc}"
+        if said != self._last_error:
+            self._last_error = said
+            log.warning("scheduler of %s cannot contend (%s); retrying", self.app.queue, said)
 
     def _step_down(self) -> None:
         self.leading = False
@@ -197,6 +208,7 @@ class Scheduler:
         tx = await channel.get_underlay_channel()
         await tx.tx_select()
         self.leading = True
+        self._last_error = None
         self.metrics.leading.set(1)
         self.metrics.takeovers.inc()
         now = self.clock()

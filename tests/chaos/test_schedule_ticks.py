@@ -1,11 +1,12 @@
 """Every tick of a schedule published once while its workers are killed over and over.
 
 Three ``rabbitq worker`` processes run a schedule that fires every second, on a private
-node. For 60 seconds (the issue asks for 2 minutes; 60 s keeps CI's budget, and gives
-~20 kill rounds), each round ``kill -9``s two of them, the one leading the schedules
-always among them, and restarts them. A queue of the test's own, bound to the tick's
-type, receives every publish: counted raw, by ``message_id``, before any dedup. Every
-second from the first tick to the last is there, and none twice.
+node. For 60 seconds (the issue asks for 2 minutes: ``SCHEDULE_CHAOS_SECONDS=120`` runs
+that; 60 s keeps CI's budget and still gives ~20 kill rounds), each round ``kill -9``s
+two of them, the one leading the schedules always among them, and restarts them. A
+queue of the test's own, bound to the tick's type, receives every publish: counted raw,
+by ``message_id``, before any dedup. Every second from the first tick to the last is
+there, and none twice.
 """
 
 from __future__ import annotations
@@ -30,10 +31,11 @@ from rabbitq.schedule import plan
 
 from ..helpers import delete_app_objects
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(170)]
-
 ROOT = Path(__file__).resolve().parents[2]
-DURATION = 60.0  # seconds of kills
+# seconds of kills: 60 in the suite; SCHEDULE_CHAOS_SECONDS=120 runs the issue's 2 minutes
+DURATION = float(os.environ.get("SCHEDULE_CHAOS_SECONDS", "60"))
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(DURATION + 110)]
 LEADING = "leading the schedules of"
 
 
@@ -114,7 +116,8 @@ async def test_every_tick_is_published_once_while_workers_are_killed(chaos_node,
         f"\nschedule chaos: {len(raw)} ticks over {(last - first).seconds + 1} s, "
         f"{sum(raw.values())} raw publishes, {duplicates} duplicate(s), "
         f"{len(expected - set(ticks))} missing; {kills} kill -9 in {rounds} rounds, "
-        f"{takeovers} takeovers; lateness max {max(lateness):.0f} s (1 s timestamps)"
+        f"{takeovers} takeovers; {sum(1 for x in lateness if x >= 1)} published a second or "
+        f"more after their time (AMQP timestamps: 1 s resolution)"
     )
     try:
         assert duplicates == 0, [m for m, n in raw.items() if n > 1]
