@@ -7,6 +7,7 @@
 - :mod:`~rabbitq.schedule.plan`: queue names, the progress record, catch-up (pure);
 - :mod:`~rabbitq.schedule.metrics`: :class:`ScheduleMetrics`;
 - :mod:`~rabbitq.schedule.runner`: :class:`Scheduler`, the lease and the tick loop (I/O);
+- :mod:`~rabbitq.schedule.tick`: a tick's messages and progress in one transaction (I/O);
 - :mod:`~rabbitq.schedule.listing`: what ``rabbitq schedule list`` shows (I/O).
 """
 

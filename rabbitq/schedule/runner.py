@@ -1,5 +1,5 @@
-"""Running an app's schedules (I/O): the lease on the broker, the tick loop, and each
-tick's publish.
+"""Running an app's schedules (I/O): the lease on the broker and the tick loop (each
+tick's transaction is :mod:`rabbitq.schedule.tick`).
 
 Every process that runs schedules (each worker unless ``--no-schedules``, and
 ``rabbitq scheduler``) is a :class:`Scheduler` contending for one lease: the exclusive
@@ -14,7 +14,7 @@ each tick when it comes due. A tick's messages and the new progress record go in
 AMQP transaction: the broker applies both or neither, so a leader killed at any
 moment leaves either the tick published *and* recorded, or neither, and the next
 leader publishes exactly the ticks not recorded. A commit that does not complete
-within :data:`COMMIT_TIMEOUT` (a broker that lost its quorum, a partition) makes the
+within ``tick.COMMIT_TIMEOUT`` (10 s: a broker that lost its quorum, a partition) makes the
 leader step down: the tick may or may not have been published, the next leader
 publishes it again under the same derived ``message_id`` (a consumer with an
 idempotency store runs it once), and the doubt is counted in
@@ -37,17 +37,14 @@ from typing import TYPE_CHECKING, TypeVar
 import aio_pika
 import aiormq
 from aio_pika.abc import AbstractChannel, AbstractConnection
-from pamqp.commands import Basic
 
-from ..amqp import properties
 from ..amqp.connection import connect_once
-from ..codec import CONTENT_TYPE, encode
 from ..errors import BrokerUnavailable
-from ..message import Message
 from ..settings import TLS
 from . import plan
+from . import tick as tick_tx
 from .metrics import ScheduleMetrics
-from .spec import Schedule, tick_id
+from .spec import Schedule
 
 if TYPE_CHECKING:
     from ..app import App
@@ -56,10 +53,7 @@ log = logging.getLogger("rabbitq.schedule")
 T = TypeVar("T")
 
 LEASE_RETRY = 1.0  # seconds between attempts to take the lease
-COMMIT_TIMEOUT = 10.0  # a tick's transaction must commit within this, or the leader steps down
 MAX_SLEEP = 5.0  # the loop looks at the wall clock at least this often
-SCHEDULE_HEADER = "rabbitq-schedule"
-TICK_HEADER = "rabbitq-tick"
 # What ends a leadership (the scheduler then contends again): the broker's errors, a
 # lost connection, a commit not confirmed in time.
 LOST = (aiormq.exceptions.AMQPError, ConnectionError, OSError, TimeoutError, BrokerUnavailable)
@@ -72,19 +66,6 @@ def instance_name() -> str:
 
 def utc_now() -> datetime:
     return datetime.now(UTC)
-
-
-def messages_of(result: object) -> list[Message]:
-    """A schedule function's return value as a list of messages (None: none)."""
-    if result is None:
-        return []
-    if isinstance(result, Message):
-        return [result]
-    if isinstance(result, (list, tuple)) and all(isinstance(m, Message) for m in result):
-        return list(result)
-    raise TypeError(
-        f"a schedule function returns a Message, a list of them or None, not {result!r}"
-    )
 
 
 def _forever(
@@ -212,7 +193,7 @@ class Scheduler:
         self.metrics.leading.set(1)
         self.metrics.takeovers.inc()
         now = self.clock()
-        found = await self._read_progress(channel)
+        found = await tick_tx.read_progress(tx, plan.progress_queue(self.app.queue))
         progress = plan.merge(found.records)
         self._published = dict(progress.published)
         through = dict(progress.ticks)
@@ -251,27 +232,13 @@ class Scheduler:
             await self._tick(channel, self.app.schedules[name], tick)
             heapq.heapreplace(heads, _head(next(ticks[name]), name))
 
-    async def _read_progress(self, channel: AbstractChannel) -> _Found:
-        underlay = await channel.get_underlay_channel()
-        found = _Found()
-        queue = plan.progress_queue(self.app.queue)
-        while True:
-            message = await underlay.basic_get(queue, no_ack=False)
-            if not isinstance(message.delivery, Basic.GetOk):
-                return found
-            assert message.delivery.delivery_tag is not None
-            found.tags.append(message.delivery.delivery_tag)
-            record = plan.decode_progress(message.body)
-            if record is not None:
-                found.records.append(record)
-
     async def _tick(self, channel: AbstractChannel, schedule: Schedule, tick: datetime) -> None:
         try:
             if schedule.is_async:
                 result = await schedule.fn(tick)
             else:
                 result = await asyncio.to_thread(schedule.fn, tick)
-            messages = messages_of(result)
+            messages = tick_tx.messages_of(result)
         except Exception:
             log.exception(
                 "schedule %s: its function failed for the tick at %s: tick skipped",
@@ -285,7 +252,11 @@ class Scheduler:
         self._progress = plan.Progress(ticks=through)
         if messages is not None:
             self._published[schedule.name] = tick
-        await self._commit(channel, [(schedule, tick, m) for m in messages or []], acks=[])
+        sends = [
+            tick_tx.Send(schedule=schedule.name, tick=tick, index=i, message=m)
+            for i, m in enumerate(messages or [])
+        ]
+        await self._commit(channel, sends, acks=[])
         if messages is None:
             return
         lateness = plan.lateness(tick, self.clock())
@@ -298,59 +269,30 @@ class Scheduler:
     async def _commit(
         self,
         channel: AbstractChannel,
-        sends: list[tuple[Schedule, datetime, Message]],
+        sends: list[tick_tx.Send],
         *,
         acks: list[int],
     ) -> None:
-        """One transaction: the tick's messages, the progress record, the acks of the
-        records read at takeover."""
-        tx = await channel.get_underlay_channel()
-        for index, (schedule, tick, message) in enumerate(sends):
-            props = properties.new(
-                message,
-                message_id=tick_id(schedule.name, tick, index),
-                headers={SCHEDULE_HEADER: schedule.name, TICK_HEADER: tick.isoformat()},
-            )
-            await tx.basic_publish(
-                encode(message),
-                exchange=self.app.exchange,
-                routing_key=message.type_name(),
-                properties=props,
-            )
+        """The tick's messages, the progress record and the acks of the records read at
+        takeover, in one transaction (:func:`rabbitq.schedule.tick.commit`)."""
         record = plan.Progress(
             ticks=self._progress.ticks,
             published=self._published,
             leader=self.name,
             written=self.clock(),
         )
-        await tx.basic_publish(
-            plan.encode_progress(record),
-            exchange="",
-            routing_key=plan.progress_queue(self.app.queue),
-            properties=Basic.Properties(
-                content_type=CONTENT_TYPE,
-                delivery_mode=properties.PERSISTENT,
-                message_type=plan.PROGRESS_TYPE,
-                timestamp=record.written,
-            ),
-        )
-        for tag in acks:
-            await tx.basic_ack(tag)
         try:
-            async with asyncio.timeout(COMMIT_TIMEOUT):
-                await tx.tx_commit()
+            await tick_tx.commit(
+                await channel.get_underlay_channel(),
+                exchange=self.app.exchange,
+                progress_queue=plan.progress_queue(self.app.queue),
+                sends=sends,
+                record=record,
+                acks=acks,
+            )
         except Exception:  # (a cancelled commit is not a doubt: the next leader reads it)
             self.metrics.unconfirmed.inc()
             raise
-
-
-class _Found:
-    """Progress records read at takeover, and their delivery tags (acked in the first
-    commit)."""
-
-    def __init__(self) -> None:
-        self.records: list[plan.Progress] = []
-        self.tags: list[int] = []
 
 
 async def beside(main: Awaitable[T], scheduler: Scheduler | None) -> T:
