@@ -90,3 +90,24 @@ def test_queue_names_and_arguments():
 def test_lateness_is_never_negative():
     assert plan.lateness(NOW, NOW - timedelta(seconds=1)) == 0.0
     assert plan.lateness(NOW, NOW + timedelta(seconds=2)) == 2.0
+
+
+def test_catching_up_across_daylight_saving_neither_doubles_nor_invents_a_tick():
+    berlin = ZoneInfo("Europe/Berlin")
+    s = schedule("all", cron="*/30 * * * *", tz="Europe/Berlin")
+    autumn = plan.catch_up(
+        s,
+        datetime(2026, 10, 25, 1, 30, tzinfo=berlin),
+        datetime(2026, 10, 25, 3, 10, tzinfo=berlin).astimezone(UTC),
+    )
+    assert [t.strftime("%H:%M%z") for t in autumn.ticks] == [
+        "02:00+0200",
+        "02:30+0200",
+        "03:00+0100",
+    ]
+    spring = plan.catch_up(
+        s,
+        datetime(2026, 3, 29, 1, 30, tzinfo=berlin),
+        datetime(2026, 3, 29, 3, 40, tzinfo=berlin).astimezone(UTC),
+    )
+    assert [t.strftime("%H:%M%z") for t in spring.ticks] == ["03:00+0200", "03:30+0200"]
