@@ -163,6 +163,14 @@ def make(
         )
     if not callable(fn):
         raise ConfigurationError(f"schedule {label!r}: {fn!r} is not a function")
+    try:
+        inspect.signature(fn).bind(EPOCH)
+    except TypeError:
+        raise ConfigurationError(
+            f"schedule {label!r}: the function must take one argument, the tick time"
+        ) from None
+    except ValueError:  # no signature to inspect (some builtins): called as it is
+        pass
     return Schedule(
         name=label,
         fn=fn,

@@ -79,6 +79,14 @@ def test_a_lambda_needs_a_name_and_names_are_unique():
         a.schedule(every=timedelta(seconds=9), name="x")(lambda tick: None)
 
 
+def test_the_function_must_take_the_tick_time():
+    def no_tick() -> None:
+        return None
+
+    with pytest.raises(ConfigurationError, match="must take one argument, the tick time"):
+        app().schedule(every=timedelta(seconds=5))(no_tick)
+
+
 def test_a_naive_tick_is_refused():
     a = app()
     a.schedule(every=timedelta(seconds=5), name="x")(lambda tick: None)
