@@ -12,7 +12,7 @@ import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from types import EllipsisType
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -24,6 +24,7 @@ from .extras import install_hint
 from .message import Message
 from .ratelimit import Limit, RateBackend, parse_rate
 from .retry import RetryPolicy
+from .schedule.spec import DEFAULT_CATCH_UP, CatchUp, Schedules
 from .settings import TLS, join_urls, resolve_url
 from .topology import DEFAULT_DELIVERY_LIMIT, DEFAULT_QUEUE_TYPE, QueueType, Topology, plan
 from .tracing.base import NO_TRACING, Tracing
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
     from .hooks import Hooks
 
 M = TypeVar("M", bound=Message)
+F = TypeVar("F", bound=Callable[..., Any])
 HandlerFn = Callable[..., Any]
 KeyFn = Callable[[Any], object]  # the message -> its idempotency key (str() is applied)
 
@@ -266,6 +268,7 @@ class App:
         self.outbox: Outbox | None = None
         self.loaded_as: str | None = None  # "MODULE:APP", when load_app found it
         self._handlers: dict[str, Handler] = {}
+        self.schedules = Schedules()  # @app.schedule(...) registers here (rabbitq.schedule)
         self.topology()  # validate names and arguments now, not at first connect
 
     def __repr__(self) -> str:
@@ -355,6 +358,27 @@ class App:
             return fn
 
         return register
+
+    def schedule(
+        self,
+        *,
+        cron: str | None = None,
+        every: timedelta | None = None,
+        tz: str | None = None,
+        catch_up: CatchUp = DEFAULT_CATCH_UP,
+        name: str | None = None,
+    ) -> Callable[[F], F]:
+        """Register the decorated function (async or sync) as a periodic schedule.
+
+        ``cron="0 9 * * MON-FRI"`` with ``tz="Europe/Berlin"`` (wall-clock times; default
+        UTC), or ``every=timedelta(seconds=30)``. The function gets the tick time (aware)
+        and returns the message or messages to publish; each tick is published once
+        across every worker and ``rabbitq scheduler``, with a ``message_id`` derived from
+        ``name`` (default: the function's name) and the tick. ``catch_up`` says which
+        ticks missed while no scheduler ran are published: ``"none"``, ``"last"`` or
+        ``"all"`` (at most 1000). See docs/schedules.md.
+        """
+        return self.schedules.decorator(cron=cron, every=every, tz=tz, catch_up=catch_up, name=name)
 
     def topology(self) -> Topology:
         """Every queue, argument and binding this app declares (pure, no I/O).

@@ -64,6 +64,11 @@ from .common import friendly_errors, tls_options, url_option
     help="The broker's consumer_timeout in seconds (0: none), to check handler timeouts "
     "against [default: RabbitMQ's 1800].",
 )
+@click.option(
+    "--no-schedules",
+    is_flag=True,
+    help="Do not run the app's schedules here (run them with rabbitq scheduler).",
+)
 @url_option
 @tls_options
 @friendly_errors
@@ -77,6 +82,7 @@ def worker(
     log_json: bool,
     log_level: str,
     consumer_timeout: float | None,
+    no_schedules: bool,
     url: str | None,
     tls: TLS | None,
 ) -> None:
@@ -85,7 +91,9 @@ def worker(
     Declares the topology, runs handlers with at most PREFETCH in flight, sends failures
     to the retry queues and the DLQ, and on a signal drains and exits 0. With
     --metrics-port, Prometheus metrics, liveness and readiness are served over HTTP
-    (summed over all processes with --processes). Example:
+    (summed over all processes with --processes). The app's schedules run in every
+    worker process unless --no-schedules; one of them at a time publishes the ticks.
+    Example:
 
         rabbitq worker myservice:app --processes 2 --metrics-port 9100
     """
@@ -100,6 +108,7 @@ def worker(
         consumer_timeout=consumer_timeout,
         metrics_port=metrics_port,
         metrics_bind=metrics_bind,
+        schedules=not no_schedules,
     )
     if processes == 1:
         run(spec)  # on uvloop if it is installed

@@ -12,7 +12,6 @@ supervisor's multiprocess directory.
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import os
 import sys
@@ -23,6 +22,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..app import load_app
+from ..schedule.metrics import ScheduleMetrics
+from ..schedule.runner import Scheduler, beside
 from ..settings import TLS, url_password
 from ..worker.handler_pool import THREAD_PREFIX as HANDLER_THREAD_PREFIX
 from ..worker.lifecycle import DEFAULT_GRACE_PERIOD, Worker
@@ -57,6 +58,7 @@ class WorkerSpec:
     sample_interval: float = DEFAULT_SAMPLE_INTERVAL
     loop: str = "auto"
     exit_if_stuck: bool = True
+    schedules: bool = True  # run the app's schedules too (rabbitq.schedule)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -101,7 +103,17 @@ def run(spec: WorkerSpec, *, child: Child | None = None) -> None:
         metrics.expect(worker.app)  # (serve_metrics does it in a single process)
         for handler in logging.getLogger().handlers:
             handler.filters.insert(0, _Prefix(child.number))
-    serving = functools.partial(_serve, worker, metrics, spec, child)
+    scheduler = None
+    if spec.schedules and worker.app.schedules:
+        registry = None if metrics is None else metrics.registry
+        scheduler = Scheduler(
+            worker.app, url=spec.url, tls=spec.tls, metrics=ScheduleMetrics(registry)
+        )
+
+    async def serving() -> None:
+        main = _serve(worker, metrics, spec, child)
+        await (main if scheduler is None else beside(main, scheduler))
+
     loop.run(queue_watch.alongside(serving, worker, metrics), loop=spec.loop)  # and its queues
     if spec.exit_if_stuck:
         exit_if_handlers_stuck()
