@@ -24,6 +24,10 @@ from .message import Message
 from .ratelimit import Limit, RateBackend, parse_rate
 from .retry import RetryPolicy
 from .settings import TLS, join_urls, resolve_url
+from .status.backend import StatusStore, status_store
+from .status.model import MessageStatus, fold
+from .status.recorder import StatusTracing
+from .status.writer import StatusWriter
 from .topology import DEFAULT_DELIVERY_LIMIT, DEFAULT_QUEUE_TYPE, QueueType, Topology, plan
 from .tracing.base import NO_TRACING, Tracing
 
@@ -215,6 +219,10 @@ class App:
     ``idempotency`` (default: none) is the store of handled keys for every handler
     (:class:`~rabbitq.effects.PostgresStore`, :class:`~rabbitq.effects.RedisStore`;
     see docs/effects.md). ``outbox`` is set by :class:`~rabbitq.effects.Outbox`.
+    ``status`` (default: none) records what happens to every message in that store (a
+    ``PostgresStore`` or ``RedisStore``, the same object as ``idempotency`` if you like,
+    or a :class:`~rabbitq.status.PostgresStatus` / ``RedisStatus``), best effort and off
+    the path of the ack; :meth:`status` reads it back (see docs/status.md).
     """
 
     def __init__(
@@ -234,6 +242,7 @@ class App:
         tracing: Tracing | None = None,
         limit_waiting: int | None = None,
         idempotency: IdempotencyStore | None = None,
+        status: StatusStore | IdempotencyStore | None = None,
     ) -> None:
         if prefetch < 1:
             raise ConfigurationError(f"prefetch must be at least 1, not {prefetch}")
@@ -261,6 +270,10 @@ class App:
         self.limit_waiting = limit_waiting
         self.idempotency = idempotency
         self.outbox: Outbox | None = None
+        self.status_writer: StatusWriter | None = None
+        if status is not None:
+            self.status_writer = StatusWriter(status_store(status))
+            self.tracing = StatusTracing(self.status_writer, self.tracing)
         self._handlers: dict[str, Handler] = {}
         self.topology()  # validate names and arguments now, not at first connect
 
@@ -367,6 +380,16 @@ class App:
             queue_type=self.queue_type,
             delivery_limit=self.delivery_limit,
         )
+
+    async def status(self, message_id: str) -> MessageStatus | None:
+        """What happened to ``message_id`` (its current state, attempts and history), from
+        the app's status store; None if it has no record (unknown, or past retention).
+        Raises ConfigurationError without ``App(status=...)``, and
+        :class:`~rabbitq.effects.StoreUnavailable` (or the driver's error) when the store
+        cannot be read."""
+        if self.status_writer is None:
+            raise ConfigurationError(f"{self!r} has no status store: App(status=...)")
+        return fold(message_id, await self.status_writer.store.read(message_id))
 
     def resolved_url(self, override: str | None = None) -> str:
         """The URL to connect to: ``override``, else the app's, else ``$RABBITQ_URL``."""

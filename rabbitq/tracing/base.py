@@ -53,6 +53,9 @@ class DeliverySpan:
     def dead_lettered(self, reason: str, error: str | None) -> None:
         """The decision was the DLQ with ``reason``."""
 
+    def duplicate(self) -> None:
+        """The delivery's idempotency key was handled before: acked, not run."""
+
     def end(self, outcome: str, error: str | None = None) -> None:
         """The delivery is settled: ``success``, ``retried``, ``dead_lettered``, ``requeued``."""
 
@@ -105,6 +108,13 @@ class Tracing:
     ) -> DeliverySpan:
         """A delivery arrived with ``headers``."""
         return NO_DELIVERY
+
+    def purged(self, *, queue: str, message_id: str) -> None:
+        """A message was deleted from the DLQ ``queue`` (``rabbitq dlq purge``)."""
+
+    async def flush(self) -> None:
+        """Write what this observer buffers (the status recorder does): called when a
+        publisher closes, a worker stops and a DLQ operation ends."""
 
 
 NO_TRACING = Tracing()

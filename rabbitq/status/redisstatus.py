@@ -1,0 +1,110 @@
+"""``RedisStatus``: status records in Redis, one list per message.
+
+Each record is an orjson array appended with ``RPUSH`` to ``<key_prefix><message_id>``,
+whose expiry is set again (``PEXPIRE``) on each write: a message's history is kept for
+``retention`` after its last record. A write is one pipeline for the whole batch (one
+``RPUSH`` and one ``PEXPIRE`` per message in it), on a connection of its own (not the
+idempotency store's). Like the idempotency keys, records survive a Redis restart only
+with persistence (AOF) configured.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any
+
+import orjson
+import redis.asyncio as aioredis
+from redis.exceptions import RedisError
+
+from ..effects.store import StoreUnavailable
+from ..errors import ConfigurationError
+from ..settings import redact_url
+from .model import Record
+
+DEFAULT_KEY_PREFIX = "rabbitq:status:"
+DEFAULT_RETENTION = 7 * 24 * 3600.0  # as the idempotency keys'
+CLIENT_NAME = "rabbitq-status"
+
+
+class RedisStatus:
+    """Keeps status records in Redis at ``url`` under ``key_prefix`` for ``retention``
+    seconds (default 7 days); ``timeout`` bounds connecting and each write."""
+
+    def __init__(
+        self,
+        url: str = "redis://localhost:6379/0",
+        *,
+        retention: float = DEFAULT_RETENTION,
+        key_prefix: str = DEFAULT_KEY_PREFIX,
+        timeout: float = 5.0,
+    ) -> None:
+        if not key_prefix:
+            raise ConfigurationError("key_prefix must not be empty")
+        if not retention > 0:
+            raise ConfigurationError(f"retention must be positive seconds, not {retention!r}")
+        self.url = url
+        self.retention_ms = int(retention * 1000)
+        self.key_prefix = key_prefix
+        self.timeout = timeout
+        self._client: aioredis.Redis | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def __repr__(self) -> str:
+        return f"RedisStatus({redact_url(self.url)!r}, key_prefix={self.key_prefix!r})"
+
+    def _redis(self) -> aioredis.Redis:
+        loop = asyncio.get_running_loop()
+        if self._client is None or self._loop is not loop:  # a client belongs to its loop
+            self._client = aioredis.Redis.from_url(
+                self.url,
+                socket_timeout=self.timeout,
+                socket_connect_timeout=self.timeout,
+                client_name=CLIENT_NAME,
+            )
+            self._loop = loop
+        return self._client
+
+    async def write(self, records: Sequence[Record]) -> None:
+        """Append ``records``: one pipeline."""
+        by_message: dict[str, list[bytes]] = {}
+        for r in records:
+            entry = [r.state, r.at, r.attempt, r.detail or None, r.group_id]
+            by_message.setdefault(r.message_id, []).append(orjson.dumps(entry))
+        pipe = self._redis().pipeline(transaction=False)
+        for message_id, entries in by_message.items():
+            key = self.key_prefix + message_id
+            pipe.rpush(key, *entries)
+            pipe.pexpire(key, self.retention_ms)
+        try:
+            await pipe.execute()
+        except (RedisError, OSError) as exc:
+            raise StoreUnavailable(f"{self!r}: write failed: {exc}") from exc
+
+    async def read(self, message_id: str) -> list[Record]:
+        """Every record kept for ``message_id``."""
+        try:
+            raw: list[bytes | str] = await self._redis().lrange(self.key_prefix + message_id, 0, -1)
+        except (RedisError, OSError) as exc:
+            raise StoreUnavailable(f"{self!r}: read failed: {exc}") from exc
+        return [_record(message_id, orjson.loads(item)) for item in raw]
+
+    async def close(self) -> None:
+        """Close the connection (opened again on next use)."""
+        client, self._client = self._client, None
+        if client is not None and self._loop is asyncio.get_running_loop():
+            await client.aclose()
+
+    async def drop(self) -> int:
+        """Delete every record under ``key_prefix`` (for tests); return the keys deleted."""
+        client = self._redis()
+        deleted = 0
+        async for key in client.scan_iter(match=self.key_prefix + "*", count=1000):
+            deleted += await client.delete(key)
+        return deleted
+
+
+def _record(message_id: str, entry: list[Any]) -> Record:
+    state, at, attempt, detail, group_id = entry
+    return Record(message_id, state, at, attempt, detail or {}, group_id)
