@@ -49,7 +49,12 @@ def status_store(store: Any) -> StatusStore:
     if kind == "RedisStore":
         from .redisstatus import RedisStatus
 
-        return RedisStatus(store.url, retention=store.retention)
+        prefix: str = store.key_prefix
+        return RedisStatus(
+            store.url,
+            retention=store.retention,
+            key_prefix=prefix.removesuffix("idem:") + "status:",  # rabbitq:status:
+        )
     raise ConfigurationError(
         f"status must be a PostgresStore, RedisStore, PostgresStatus or RedisStatus, "
         f"not {store!r}"

@@ -49,9 +49,10 @@ from .writer import StatusWriter
 
 
 class _Sent(SendSpan):
-    """A publish or a replay: recorded when the broker confirmed it."""
+    """A publish or a replay: recorded when the broker confirmed it, at the time it was
+    sent (its delivery may come before the confirm)."""
 
-    __slots__ = ("detail", "inner", "message_id", "state", "writer")
+    __slots__ = ("at", "detail", "inner", "message_id", "state", "writer")
 
     def __init__(
         self,
@@ -63,11 +64,12 @@ class _Sent(SendSpan):
     ) -> None:
         self.writer, self.message_id, self.state = writer, message_id, state
         self.detail, self.inner = detail, inner
+        self.at = time.time()
 
     def end(self, error: BaseException | None = None) -> None:
         self.inner.end(error)
         if error is None and self.message_id:
-            self.writer.add(Record(self.message_id, self.state, time.time(), None, self.detail))
+            self.writer.add(Record(self.message_id, self.state, self.at, None, self.detail))
 
 
 class _Delivery(DeliverySpan):

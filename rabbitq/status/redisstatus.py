@@ -16,6 +16,8 @@ from typing import Any
 
 import orjson
 import redis.asyncio as aioredis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
 from ..effects.store import StoreUnavailable
@@ -62,6 +64,9 @@ class RedisStatus:
                 socket_timeout=self.timeout,
                 socket_connect_timeout=self.timeout,
                 client_name=CLIENT_NAME,
+                # No retries: a write sent twice would record its events twice, and a
+                # failed one is counted as lost instead (best effort).
+                retry=Retry(NoBackoff(), 0),
             )
             self._loop = loop
         return self._client
