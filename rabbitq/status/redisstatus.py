@@ -1,11 +1,15 @@
 """``RedisStatus``: status records in Redis, one list per message.
 
-Each record is an orjson array appended with ``RPUSH`` to ``<key_prefix><message_id>``,
+Each write appends to the list ``<key_prefix><message_id>`` one element: a JSON array
+of the message's records in that write (``[state, at, attempt, detail, group_id]``),
 whose expiry is set again (``PEXPIRE``) on each write: a message's history is kept for
-``retention`` after its last record. A write is one pipeline for the whole batch (one
-``RPUSH`` and one ``PEXPIRE`` per message in it), on a connection of its own (not the
-idempotency store's). Like the idempotency keys, records survive a Redis restart only
-with persistence (AOF) configured.
+``retention`` after its last record. A write is one command for the whole batch: a Lua
+script (``EVALSHA``) that does the ``RPUSH`` and ``PEXPIRE`` of each message in it on the
+server. One command instead of a pipeline of two per message: redis-py builds and parses
+each command of a pipeline on the worker's event loop, which cost the worker about 40%
+of its rate at 3 records a message (docs/benchmarks.md). It runs on a connection of its
+own (not the idempotency store's). Like the idempotency keys, records survive a Redis
+restart only with persistence (AOF) configured.
 """
 
 from __future__ import annotations
@@ -28,6 +32,15 @@ from .model import Record
 DEFAULT_KEY_PREFIX = "rabbitq:status:"
 DEFAULT_RETENTION = 7 * 24 * 3600.0  # as the idempotency keys'
 CLIENT_NAME = "rabbitq-status"
+# KEYS: one list per message; ARGV[1]: retention in ms, ARGV[k + 1]: the records of
+# KEYS[k] written now, as one JSON array.
+_APPEND = """
+for k = 1, #KEYS do
+  redis.call('RPUSH', KEYS[k], ARGV[k + 1])
+  redis.call('PEXPIRE', KEYS[k], ARGV[1])
+end
+return #KEYS
+"""
 
 
 class RedisStatus:
@@ -52,6 +65,7 @@ class RedisStatus:
         self.timeout = timeout
         self._client: aioredis.Redis | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._script: Any = None
 
     def __repr__(self) -> str:
         return f"RedisStatus({redact_url(self.url)!r}, key_prefix={self.key_prefix!r})"
@@ -69,21 +83,21 @@ class RedisStatus:
                 retry=Retry(NoBackoff(), 0),
             )
             self._loop = loop
+            self._script = self._client.register_script(_APPEND)
         return self._client
 
     async def write(self, records: Sequence[Record]) -> None:
-        """Append ``records``: one pipeline."""
-        by_message: dict[str, list[bytes]] = {}
+        """Append ``records``: one command."""
+        by_message: dict[str, list[tuple[Any, ...]]] = {}
         for r in records:
-            entry = [r.state, r.at, r.attempt, r.detail or None, r.group_id]
-            by_message.setdefault(r.message_id, []).append(orjson.dumps(entry))
-        pipe = self._redis().pipeline(transaction=False)
-        for message_id, entries in by_message.items():
-            key = self.key_prefix + message_id
-            pipe.rpush(key, *entries)
-            pipe.pexpire(key, self.retention_ms)
+            entry = (r.state, r.at, r.attempt, r.detail or None, r.group_id)
+            by_message.setdefault(r.message_id, []).append(entry)
+        keys = [self.key_prefix + message_id for message_id in by_message]
+        args: list[bytes | int] = [self.retention_ms]
+        args.extend(orjson.dumps(entries) for entries in by_message.values())
+        self._redis()  # (the script is registered with the client)
         try:
-            await pipe.execute()
+            await self._script(keys=keys, args=args)
         except (RedisError, OSError) as exc:
             raise StoreUnavailable(f"{self!r}: write failed: {exc}") from exc
 
@@ -93,7 +107,7 @@ class RedisStatus:
             raw: list[bytes | str] = await self._redis().lrange(self.key_prefix + message_id, 0, -1)
         except (RedisError, OSError) as exc:
             raise StoreUnavailable(f"{self!r}: read failed: {exc}") from exc
-        return [_record(message_id, orjson.loads(item)) for item in raw]
+        return [_record(message_id, entry) for item in raw for entry in orjson.loads(item)]
 
     async def close(self) -> None:
         """Close the connection (opened again on next use)."""

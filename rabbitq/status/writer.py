@@ -121,13 +121,12 @@ class StatusWriter:
     async def _run(self) -> None:
         try:
             while self._queue:
-                if len(self._queue) < self.batch:
+                if len(self._queue) < self.batch:  # wait for company
                     await self._pause(self.interval)
-                while self._queue:
-                    count = min(self.batch, len(self._queue))
-                    records = [self._queue.popleft() for _ in range(count)]
-                    if not await self._write(records):
-                        await self._pause(self.backoff)
+                count = min(self.batch, len(self._queue))
+                records = [self._queue.popleft() for _ in range(count)]
+                if not await self._write(records):
+                    await self._pause(self.backoff)
         finally:
             self._task = None
 

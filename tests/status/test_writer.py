@@ -121,3 +121,15 @@ async def test_observers_see_every_count(n):
     writer.add(_rec(n))
     await writer.flush()
     assert seen == [(WRITTEN, 1)]
+
+
+async def test_records_arriving_during_a_write_wait_for_the_next_batch():
+    store = FakeStore()
+    writer = StatusWriter(store, batch=100, interval=0.05)
+    for i in range(1000):  # a steady stream: 10 records between event-loop turns
+        writer.add(_rec(i))
+        if i % 10 == 9:
+            await asyncio.sleep(0)
+    await writer.flush()
+    assert sum(len(w) for w in store.writes) == 1000
+    assert len(store.writes) == 10  # full batches, not one small write per loop turn
