@@ -118,6 +118,7 @@ def console(
                 os.environ[name] = path
     targets = []
     outboxes: list[tuple[str, Any]] = []
+    statuses: list[tuple[str, Any]] = []
     broker = url
     for spec in specs:
         if ":" in spec:
@@ -125,6 +126,8 @@ def console(
             targets.append(from_app(spec, app))
             if app.outbox is not None:
                 outboxes.append((spec, app.outbox))
+            if app.status_writer is not None:
+                statuses.append((spec, app))
             broker = broker or app.url
         else:
             targets.append(from_queue(spec))
@@ -138,6 +141,7 @@ def console(
         export_dir=export_dir,
         metrics_urls=metrics_urls,
         outboxes=outboxes,
+        statuses=statuses,
         allowed_hosts=served_hosts(bind, allowed_hosts),
     )
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")

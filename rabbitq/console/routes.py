@@ -41,6 +41,7 @@ from .chart import sparkline
 from .fingerprint import group_messages, reason_counts
 from .security import COOKIE, CSRF_FIELD, same_origin
 from .state import State
+from .status_view import histories
 
 HERE = Path(__file__).parent
 templates = Jinja2Templates(directory=str(HERE / "templates"))
@@ -203,9 +204,11 @@ async def message(request: Request) -> Response:
         )
     m = found[0]
     snap = state.snapshots.add(queue, dlq.Filters(), [m.key])
+    history = await histories(state.config.statuses, m.message_id) if m.message_id else []
     return _render(
-        request, "message.html", queue=queue, m=m, s=views.message_sections(m), snapshot=snap
-    )
+        request, "message.html", queue=queue, m=m, s=views.message_sections(m), snapshot=snap,
+        histories=history,
+    )  # fmt: skip
 
 
 # ---------------------------------------------------------------- signing in
