@@ -58,7 +58,9 @@ def write(app: App, message_id: str, error: str = "OSError: down") -> None:
                 Record(message_id, PUBLISHED, 100.0, None, {"type": "t.a"}),
                 Record(message_id, RECEIVED, 101.0, 1, {"queue": app.queue}),
                 Record(message_id, STARTED, 101.0, 1),
-                Record(message_id, DEAD_LETTERED, 102.0, 1, {"reason": "permanent", "error": error}),  # noqa: E501
+                Record(
+                    message_id, DEAD_LETTERED, 102.0, 1, {"reason": "permanent", "error": error}
+                ),
             ]
         )
         await store.close()
