@@ -248,8 +248,7 @@ class Worker:
         await self._close_connection()
         self._executor.shutdown()
         await self.admission.close()
-        await dispatch.close_stores(self._handlers)  # after the handlers; reopened on next use
-        await self.app.tracing.flush()  # the status records still queued (App(status=...))
+        await dispatch.close_stores(self._handlers, self.app.tracing)  # after the handlers
         if connected:  # a worker that never connected just reports the error
             log.info("worker for %r stopped", self._queue_name)
 
