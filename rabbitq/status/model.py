@@ -40,9 +40,9 @@ _RANK[REQUEUED] = _RANK[RETRYING]
 MAX_ERROR_CHARS = 500  # an error kept in a record is cut to this
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: three per message, and a frozen one costs 3x to make
 class Record:
-    """One event of one message, as written to a status store.
+    """One event of one message, as written to a status store (never changed once made).
 
     ``at`` is seconds since the epoch (the writer's clock); ``attempt`` the delivery's
     attempt (1-based) where one applies; ``group_id`` is reserved for the workflows that

@@ -24,9 +24,10 @@ record             from
 
 from __future__ import annotations
 
-import contextlib
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
+from contextlib import AbstractContextManager
+from types import TracebackType
 from typing import Any
 
 from ..tracing.base import NO_DELIVERY, NO_SEND, DeliverySpan, SendSpan, Tracing
@@ -76,7 +77,10 @@ class _Delivery(DeliverySpan):
     """One delivery: ``received`` now, ``started`` when its handler begins, its outcome
     at settlement."""
 
-    __slots__ = ("attempt", "decision", "duration", "inner", "is_duplicate", "message_id", "writer")
+    __slots__ = (
+        "active", "attempt", "decision", "duration", "inner", "is_duplicate", "message_id",
+        "started", "writer",
+    )  # fmt: skip
 
     def __init__(
         self, writer: StatusWriter, message_id: str, attempt: int, inner: DeliverySpan
@@ -85,16 +89,31 @@ class _Delivery(DeliverySpan):
         self.decision: dict[str, Any] = {}
         self.duration: float | None = None
         self.is_duplicate = False
+        self.started = 0.0
+        self.active: AbstractContextManager[None] | None = None
 
-    @contextlib.contextmanager
-    def activate(self) -> Iterator[None]:
+    def activate(self) -> AbstractContextManager[None]:
+        # The span itself is the context manager: a generator-based one costs more than
+        # the rest of the recording together.
+        return self
+
+    def __enter__(self) -> None:
         self.writer.add(Record(self.message_id, STARTED, time.time(), self.attempt))
-        started = time.perf_counter()
-        try:
-            with self.inner.activate():
-                yield
-        finally:
-            self.duration = time.perf_counter() - started
+        if self.inner is not NO_DELIVERY:
+            self.active = self.inner.activate()
+            self.active.__enter__()
+        self.started = time.perf_counter()
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.duration = time.perf_counter() - self.started
+        if self.active is not None:
+            active, self.active = self.active, None
+            active.__exit__(kind, exc, tb)
 
     def copied(self, headers: dict[str, Any]) -> None:
         self.inner.copied(headers)
