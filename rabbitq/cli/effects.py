@@ -36,12 +36,15 @@ def effects() -> None:
 @click.argument("app_spec", metavar="MODULE:APP")
 @friendly_errors
 def init(app_spec: str) -> None:
-    """Create the tables of the app's PostgreSQL stores and outbox, and check that each
-    store answers. Idempotent; the tables are also created on first use."""
+    """Create the tables of the app's PostgreSQL stores, outbox and status store, and
+    check that each store answers. Idempotent; the tables are also created on first use."""
     app = load_app(app_spec)
     targets = [*stores_of(app), *([app.outbox] if app.outbox is not None else [])]
+    status = app.status_writer.store if app.status_writer is not None else None
+    if callable(getattr(status, "open", None)):  # App(status=...): its table, or a ping
+        targets.append(status)
     if not targets:
-        raise ConfigurationError(f"{app_spec} has no idempotency store and no outbox")
+        raise ConfigurationError(f"{app_spec} has no idempotency store, outbox or status store")
 
     async def run() -> None:
         for target in targets:

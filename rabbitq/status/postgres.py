@@ -113,6 +113,10 @@ class PostgresStatus:
     def __repr__(self) -> str:
         return f"PostgresStatus({redact_url(self.db.dsn)!r}, table={self.sql.table!r})"
 
+    async def open(self) -> None:
+        """Open the pool and create the table if it is missing (``rabbitq effects init``)."""
+        await self.db.open()
+
     async def write(self, records: Sequence[Record]) -> None:
         """Insert ``records``: one statement; then delete expired rows if it is time."""
         params = {"keep": self.retention, "records": orjson.dumps(records).decode()}

@@ -86,6 +86,13 @@ class RedisStatus:
             self._script = self._client.register_script(_APPEND)
         return self._client
 
+    async def open(self) -> None:
+        """Check that Redis answers (``rabbitq effects init``)."""
+        try:
+            await self._redis().ping()
+        except (RedisError, OSError) as exc:
+            raise StoreUnavailable(f"{self!r} is unavailable: {exc}") from exc
+
     async def write(self, records: Sequence[Record]) -> None:
         """Append ``records``: one command."""
         by_message: dict[str, list[tuple[Any, ...]]] = {}

@@ -115,3 +115,33 @@ def test_status_failures_are_one_line(spec, message):
 def test_status_help_has_an_example():
     result = run("status", "--help")
     assert result.exit_code == 0 and "Example: rabbitq status" in result.output
+
+
+def test_effects_init_creates_the_status_table_and_checks_redis(tmp_path, monkeypatch):
+    import psycopg
+
+    prefix = f"t_{uuid.uuid4().hex[:10]}_"
+    pg_url = "postgresql://postgres@127.0.0.1:5432/test"
+    (tmp_path / "rq_unit_status_init.py").write_text(
+        textwrap.dedent(f"""
+            from rabbitq import App
+            from rabbitq.effects import PostgresStore, RedisStore
+
+            pg = App(queue="unit-status", status=PostgresStore({pg_url!r}, prefix={prefix!r}))
+            redis = App(queue="unit-status", status=RedisStore({REDIS_URL!r}))
+        """)
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        pg = run("effects", "init", "rq_unit_status_init:pg")
+        redis = run("effects", "init", "rq_unit_status_init:redis")
+        assert pg.exit_code == 0 and "ready: PostgresStatus(" in pg.output, pg.output
+        assert redis.exit_code == 0 and "ready: RedisStatus(" in redis.output, redis.output
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            found = conn.execute(
+                "SELECT tablename FROM pg_tables WHERE tablename = %s", (prefix + "status",)
+            ).fetchall()
+            conn.execute(f'DROP TABLE IF EXISTS "{prefix}status"')
+        assert found == [(prefix + "status",)]
+    finally:
+        sys.modules.pop("rq_unit_status_init", None)
