@@ -127,6 +127,12 @@ class StatusWriter:
                 records = [self._queue.popleft() for _ in range(count)]
                 if not await self._write(records):
                     await self._pause(self.backoff)
+        except asyncio.CancelledError:  # a flush out of time, or the loop's end: counted
+            left = len(self._queue)
+            self._queue.clear()
+            if left:
+                self._lose(DROPPED, left, "the writer was cancelled")
+            raise
         finally:
             self._task = None
 

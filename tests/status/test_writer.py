@@ -133,3 +133,15 @@ async def test_records_arriving_during_a_write_wait_for_the_next_batch():
     await writer.flush()
     assert sum(len(w) for w in store.writes) == 1000
     assert len(store.writes) == 10  # full batches, not one small write per loop turn
+
+
+async def test_records_left_when_the_writer_is_cancelled_are_counted():
+    writer = StatusWriter(FakeStore(), interval=10)
+    for i in range(7):
+        writer.add(_rec(i))
+    await asyncio.sleep(0)  # the task waits for company
+    assert writer._task is not None
+    writer._task.cancel()  # as the end of asyncio.run() does
+    with pytest.raises(asyncio.CancelledError):
+        await writer._task
+    assert writer.counts[DROPPED] == 7 and writer.queued == 0
