@@ -2,8 +2,9 @@
 replay matches what happened, with the status store cut for 5 s in the middle.
 
 The store is a PRIVATE redis-server (tests/redis_node.py, with an AOF fsynced on every
-write, so that what it answered survives the kill), killed and started again 5 s later
-while the messages are published and handled. Counted, never timed:
+write, so that what it answered survives the kill), killed after the first 400 messages
+and started again 5 s later, while the other 600 are published and handled. Counted,
+never timed:
 
 - every message settles as planned (the worker's own hooks: 1,000 succeeded, 300
   retried, 100 dead-lettered then replayed, none requeued; the queues end empty);
@@ -19,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections import Counter
 from collections.abc import Iterator
 
@@ -89,17 +89,21 @@ async def test_the_status_of_1000_messages_survives_a_store_outage_counted(
                 for n in range(first, min(first + 50, N)):
                     ids[n] = await pub.publish(Step(n=n))
 
-            # 1,000 messages over about 6 s; the store is killed after about 1.5 s and
-            # started again 5 s later, so that records are written before, lost during,
-            # and written after the outage.
-            def cut() -> None:
-                time.sleep(1.5)
-                node.restart(down_for=5.0)
-
-            outage = asyncio.create_task(asyncio.to_thread(cut))
+            # 1,000 messages, 50 every 0.3 s. The first 400, then the store is killed
+            # once records were written (not after a time: a busy machine is slow), the
+            # other 600 while it is down (at least 3.6 s), and it comes back 5 s after
+            # the kill: records are written before, lost during and written after the
+            # outage (the retries, dead letters and replays of the late messages).
+            writer = app.status_writer
+            assert writer is not None
+            outage: asyncio.Task[None] | None = None
             for first in range(0, N, 50):
+                if first == 400:
+                    await wait_for(lambda: writer.counts["written"] >= 1000, timeout=60)
+                    outage = asyncio.create_task(asyncio.to_thread(node.restart, 5.0))
                 await publish(first)
                 await asyncio.sleep(0.3)
+            assert outage is not None
             await outage
         await wait_for(lambda: recorder.count("dead_lettered") == N // 10, timeout=60)
         await wait_for(lambda: recorder.count("succeeded") == N - N // 10, timeout=60)
@@ -113,8 +117,6 @@ async def test_the_status_of_1000_messages_survives_a_store_outage_counted(
     assert all(calls[n] == plan(n).count("started") for n in range(N))
     assert await queue_depth(connection, app.queue) == 0
     assert await queue_depth(connection, app.queue + ".dlq") == 0
-    writer = app.status_writer
-    assert writer is not None
     lost = writer.counts["failed"] + writer.counts["dropped"]
 
     expected_total = sum(len(plan(n)) for n in range(N))
