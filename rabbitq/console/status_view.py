@@ -13,6 +13,7 @@ from typing import Any
 
 from ..cli.dlq_view import escape
 from ..status.model import detail_text
+from ..tracing.base import Tracing
 
 MAX_ID = 200  # characters of a searched message id
 
@@ -64,3 +65,13 @@ async def histories(statuses: Sequence[tuple[str, Any]], message_id: str) -> lis
         )
         found.append(HistoryView(label, True, status.state, status.attempts, entries))
     return found
+
+
+def tracing_for(statuses: Sequence[tuple[str, Any]], dlq: str) -> Tracing | None:
+    """The tracing of the app whose DLQ is ``dlq``, if it has a status store: the console's
+    replays and purges are then recorded in that store (pure)."""
+    for _label, app in statuses:
+        if app.topology().dlq.name == dlq:
+            tracing: Tracing = app.tracing
+            return tracing
+    return None

@@ -21,7 +21,7 @@ from rabbitq.status.model import DEAD_LETTERED, PUBLISHED, RECEIVED, STARTED, Re
 from tests.helpers import REDIS_URL
 
 from .broker import dead, declare_app, delete_app, publish
-from .conftest import TOKEN
+from .conftest import TOKEN, act, result, sign_in
 
 
 @pytest.fixture
@@ -116,3 +116,21 @@ def test_without_a_status_store_there_is_no_search(status_app, tmp_path):
     with console(status_app, tmp_path, []) as client:
         assert 'action="/status"' not in client.get("/").text
         assert "has a status store" in client.get("/status").text
+
+
+def test_replays_and_purges_from_the_console_are_recorded(status_app, broker_url, tmp_path):
+    dlq_name = status_app.topology().dlq.name
+    publish(broker_url, dlq_name, [dead(status_app.queue, 1), dead(status_app.queue, 2)])
+    with console(status_app, tmp_path, [("svc:app", status_app)]) as client:
+        sign_in(client)
+        listing = client.get(f"/q/{status_app.queue}").text
+        keys = [part.split('"')[0] for part in listing.split(f"/q/{dlq_name}/m/")[1:]]
+        first = client.get(f"/q/{status_app.queue}/m/{keys[0]}").text
+        assert result(act(client, first, status_app.queue, "replay:one"), "done") == 1
+        rest = client.get(f"/q/{status_app.queue}").text
+        assert result(act(client, rest, status_app.queue, "purge:filter"), "done") == 1
+        states = {}
+        for mid in ("m00001", "m00002"):
+            page = client.get("/status", params={"id": mid}).text
+            states[mid] = "<td>replayed</td>" in page, "<td>purged</td>" in page
+    assert sorted(states.values()) == [(False, True), (True, False)]
