@@ -129,16 +129,17 @@ def fold(message_id: str, records: Iterable[Record]) -> MessageStatus | None:
     )
 
 
-_LABEL = re.compile(r"^(\d+)(ms|s|m|h|d)$")
+_LABEL = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h|d)$")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
 
 def label_seconds(label: str) -> float | None:
-    """The seconds of a retry delay label (``1s``, ``90s``, ``2m``, ``1500ms``), else None."""
+    """The seconds of a retry delay label (``1s``, ``90s``, ``2m``, ``1500ms``, ``37.5s``),
+    else None."""
     match = _LABEL.match(label)
     if match is None:
         return None
-    return int(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+    return float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
 
 
 def short_error(error: str | None) -> str | None:

@@ -79,6 +79,7 @@ def test_retry_labels_are_read_back_as_seconds():
     assert [label_seconds(x) for x in ("1s", "90s", "2m", "1500ms", "1h")] == [
         1.0, 90.0, 120.0, 1.5, 3600.0,
     ]  # fmt: skip
+    assert label_seconds("37.5s") == 37.5
     assert label_seconds("soon") is None
 
 
