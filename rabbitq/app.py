@@ -26,6 +26,10 @@ from .ratelimit import Limit, RateBackend, parse_rate
 from .retry import RetryPolicy
 from .schedule.spec import DEFAULT_CATCH_UP, CatchUp, Schedules
 from .settings import TLS, join_urls, resolve_url
+from .status.backend import StatusStore, status_store
+from .status.model import MessageStatus, fold
+from .status.recorder import StatusTracing
+from .status.writer import StatusWriter
 from .topology import DEFAULT_DELIVERY_LIMIT, DEFAULT_QUEUE_TYPE, QueueType, Topology, plan
 from .tracing.base import NO_TRACING, Tracing
 
@@ -220,6 +224,10 @@ class App:
     see docs/effects.md). ``outbox`` is set by :class:`~rabbitq.effects.Outbox`;
     ``loaded_as`` by :func:`load_app` (the ``MODULE:APP`` it was found by, for messages
     that name the app as the user does).
+    ``status`` (default: none) records what happens to every message in that store (a
+    ``PostgresStore`` or ``RedisStore``, the same object as ``idempotency`` if you like,
+    or a :class:`~rabbitq.status.PostgresStatus` / ``RedisStatus``), best effort and off
+    the path of the ack; :meth:`status` reads it back (see docs/status.md).
     """
 
     def __init__(
@@ -239,6 +247,7 @@ class App:
         tracing: Tracing | None = None,
         limit_waiting: int | None = None,
         idempotency: IdempotencyStore | None = None,
+        status: StatusStore | IdempotencyStore | None = None,
     ) -> None:
         if prefetch < 1:
             raise ConfigurationError(f"prefetch must be at least 1, not {prefetch}")
@@ -267,6 +276,10 @@ class App:
         self.idempotency = idempotency
         self.outbox: Outbox | None = None
         self.loaded_as: str | None = None  # "MODULE:APP", when load_app found it
+        self.status_writer: StatusWriter | None = None
+        if status is not None:
+            self.status_writer = StatusWriter(status_store(status))
+            self.tracing = StatusTracing(self.status_writer, self.tracing)
         self._handlers: dict[str, Handler] = {}
         self.schedules = Schedules()  # @app.schedule(...) registers here (rabbitq.schedule)
         self.topology()  # validate names and arguments now, not at first connect
@@ -395,6 +408,16 @@ class App:
             queue_type=self.queue_type,
             delivery_limit=self.delivery_limit,
         )
+
+    async def status(self, message_id: str) -> MessageStatus | None:
+        """What happened to ``message_id`` (its current state, attempts and history), from
+        the app's status store; None if it has no record (unknown, or past retention).
+        Raises ConfigurationError without ``App(status=...)``, and
+        :class:`~rabbitq.effects.StoreUnavailable` (or the driver's error) when the store
+        cannot be read."""
+        if self.status_writer is None:
+            raise ConfigurationError(f"{self!r} has no status store: App(status=...)")
+        return fold(message_id, await self.status_writer.store.read(message_id))
 
     def resolved_url(self, override: str | None = None) -> str:
         """The URL to connect to: ``override``, else the app's, else ``$RABBITQ_URL``."""

@@ -5,7 +5,10 @@
         node.restart(down_for=1.0)          # without persistence: everything is lost
 
 It runs without persistence (``--save "" --appendonly no``), like the shared one in CI,
-on a free port of 127.0.0.1, its files in a temporary directory removed on stop.
+unless ``RedisNode(persist=True)``: then with an AOF fsynced on every write
+(``--appendonly yes --appendfsync always``), so that a write Redis answered survives a
+kill. It listens on a free port of 127.0.0.1, its files in a temporary directory
+removed on stop.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ class RedisNode:
     port: int = field(default_factory=free_port)
     base: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="rabbitq-redis-")))
     process: subprocess.Popen[bytes] | None = None
+    persist: bool = False
 
     @property
     def url(self) -> str:
@@ -39,7 +43,9 @@ class RedisNode:
         """Start the server and wait until it accepts connections."""
         self.process = subprocess.Popen(
             ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1",
-             "--save", "", "--appendonly", "no", "--dir", str(self.base)],
+             "--save", "", "--dir", str(self.base),
+             *(["--appendonly", "yes", "--appendfsync", "always"] if self.persist
+               else ["--appendonly", "no"])],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )  # fmt: skip
@@ -64,7 +70,8 @@ class RedisNode:
             self.process = None
 
     def restart(self, down_for: float = 0.0) -> None:
-        """Kill the server, stay down ``down_for`` seconds, start it again empty."""
+        """Kill the server, stay down ``down_for`` seconds, start it again (empty unless
+        it persists)."""
         self.kill()
         time.sleep(down_for)
         self.start()
@@ -76,9 +83,9 @@ class RedisNode:
 
     @classmethod
     @contextmanager
-    def started(cls) -> Iterator[RedisNode]:
+    def started(cls, *, persist: bool = False) -> Iterator[RedisNode]:
         """A started server, stopped and removed on exit."""
-        node = cls()
+        node = cls(persist=persist)
         try:
             node.start()
             yield node

@@ -172,6 +172,7 @@ PACKAGE = ROOT / "rabbitq"
 # String constants that start with "rabbitq-" but are not message headers.
 NOT_HEADERS = {
     "rabbitq-effects",  # the Redis client name of the idempotency store
+    "rabbitq-status",  # the Redis client name of the status store
     "rabbitq-dlq",  # the format name of a DLQ export file (docs/dlq.md)
     "rabbitq-handler",  # the name prefix of sync handler threads
     "rabbitq-demo",  # the demo's queue and exchange (docs/cli.md)

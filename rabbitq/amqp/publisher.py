@@ -175,6 +175,7 @@ class Publisher:
         """Close the connection if the publisher opened it (which closes its channel),
         else the channel, waiting at most ``timeout`` (and 5 s) for the broker's answer:
         a broker that blocks publishers (an alarm) does not read our close."""
+        await self._app.tracing.flush()  # status records of this publisher's messages
         channel, self._channel, self._exchange = self._channel, None, None
         limit = min(CLOSE_TIMEOUT, self._timeout)
         if self._owns_connection and self._connection is not None:

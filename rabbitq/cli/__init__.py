@@ -13,7 +13,7 @@ from ..console.cli import console
 from ..ops import logs
 
 # Modules, not their commands: ``rabbitq.cli.dlq`` stays the module (tests patch it).
-from . import demo, dlq, doctor, effects, outbox_rows, publish, queues, schedule, version, worker
+from . import demo, dlq, doctor, effects, outbox_rows, publish, queues, schedule, status, version, worker
 from .common import Command
 
 
@@ -43,6 +43,7 @@ effects.outbox.add_command(outbox_rows.list_rows)
 effects.outbox.add_command(outbox_rows.retry_rows)
 effects.outbox.add_command(outbox_rows.discard_rows)
 main.add_command(doctor.doctor)
+main.add_command(status.status)
 main.add_command(console)
 main.add_command(version.version)
 main.add_command(schedule.scheduler)

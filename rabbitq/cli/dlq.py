@@ -265,7 +265,7 @@ def show(queue: str, message_id: str, as_json: bool, url: str | None, tls: TLS |
     "--app",
     "app_spec",
     metavar="MODULE:APP",
-    help="Trace each replay with this app's tracing (App(tracing=...)).",
+    help="Trace each replay with this app's tracing and status (App(tracing=, status=)).",
 )
 @_json_option
 @url_option
@@ -427,6 +427,12 @@ def import_(
 @_limit_option()
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation (needed without a TTY).")
 @click.option("--dry-run", is_flag=True, help="Count what would be deleted; delete nothing.")
+@click.option(
+    "--app",
+    "app_spec",
+    metavar="MODULE:APP",
+    help="Record each deletion in this app's status store (App(status=...)).",
+)
 @_json_option
 @url_option
 @tls_options
@@ -437,6 +443,7 @@ def purge(
     limit: int | None,
     yes: bool,
     dry_run: bool,
+    app_spec: str | None,
     as_json: bool,
     url: str | None,
     tls: TLS | None,
@@ -449,6 +456,7 @@ def purge(
     Example: rabbitq dlq purge emails --reason invalid --until 7d --yes
     """
     filters = _filters(kwargs)
+    tracing = load_app(app_spec).tracing if app_spec else None
     dlq_queue = ops.resolve_dlq(queue)
     what = f"matching {filters.describe()}" if filters.active else "(no filter: ALL of them)"
     if not yes and not dry_run:
@@ -486,6 +494,7 @@ def purge(
                 limit=limit,
                 dry_run=dry_run,
                 on_progress=progress,
+                tracing=tracing,
             ),
         )
     if not as_json and filters.active:

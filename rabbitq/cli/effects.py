@@ -41,16 +41,19 @@ def effects() -> None:
 @tls_options
 @friendly_errors
 def init(app_spec: str, url: str | None, tls: TLS | None) -> None:
-    """Create the tables of the app's PostgreSQL stores and outbox, and check that each
-    store answers; with an outbox, also that the broker its relay publishes to answers.
-    Idempotent; the tables are also created on first use. Example:
+    """Create the tables of the app's PostgreSQL stores, outbox and status store, and
+    check that each store answers; with an outbox, also that the broker its relay
+    publishes to answers. Idempotent; the tables are also created on first use. Example:
 
         rabbitq effects init examples.payment_service:app
     """
     app = load_app(app_spec)
     targets = [*stores_of(app), *([app.outbox] if app.outbox is not None else [])]
+    status = app.status_writer.store if app.status_writer is not None else None
+    if callable(getattr(status, "open", None)):  # App(status=...): its table, or a ping
+        targets.append(status)
     if not targets:
-        raise ConfigurationError(f"{app_spec} has no idempotency store and no outbox")
+        raise ConfigurationError(f"{app_spec} has no idempotency store, outbox or status store")
 
     async def run() -> None:
         for target in targets:

@@ -120,6 +120,7 @@ def console(
                 os.environ[name] = path
     targets = []
     outboxes: list[tuple[str, Any]] = []
+    statuses: list[tuple[str, Any]] = []
     broker = url
     for spec in specs:
         if ":" in spec:
@@ -127,6 +128,8 @@ def console(
             targets.append(from_app(spec, app))
             if app.outbox is not None:
                 outboxes.append((spec, app.outbox))
+            if app.status_writer is not None:
+                statuses.append((spec, app))
             broker = broker or app.url
         else:
             targets.append(from_queue(spec))
@@ -140,6 +143,7 @@ def console(
         export_dir=export_dir,
         metrics_urls=metrics_urls,
         outboxes=outboxes,
+        statuses=statuses,
         allowed_hosts=served_hosts(bind, allowed_hosts),
     )
     # The root logger is the CLI's (WARNING): the console says at INFO what it does.

@@ -41,6 +41,7 @@ from .chart import sparkline
 from .fingerprint import group_messages, reason_counts
 from .security import COOKIE, CSRF_FIELD, same_origin
 from .state import State
+from .status_view import histories, tracing_for
 
 HERE = Path(__file__).parent
 templates = Jinja2Templates(directory=str(HERE / "templates"))
@@ -203,9 +204,11 @@ async def message(request: Request) -> Response:
         )
     m = found[0]
     snap = state.snapshots.add(queue, dlq.Filters(), [m.key])
+    history = await histories(state.config.statuses, m.message_id) if m.message_id else []
     return _render(
-        request, "message.html", queue=queue, m=m, s=views.message_sections(m), snapshot=snap
-    )
+        request, "message.html", queue=queue, m=m, s=views.message_sections(m), snapshot=snap,
+        histories=history,
+    )  # fmt: skip
 
 
 # ---------------------------------------------------------------- signing in
@@ -320,6 +323,7 @@ async def run(request: Request) -> Response:
     )
     filters = operation_filters(snap, keys)
     url = state.config.url
+    tracing = tracing_for(state.config.statuses, snap.queue)  # App(status=...): recorded
     lock = state.lock(snap.queue)
     if operation == "export":
         state.config.export_dir.mkdir(parents=True, exist_ok=True)
@@ -336,11 +340,13 @@ async def run(request: Request) -> Response:
                     limit=len(keys),
                     to=to,
                     on_progress=progress,
+                    tracing=tracing,
                 )
             if operation == "purge":
                 return await dlq.purge(
-                    snap.queue, url=url, filters=filters, limit=len(keys), on_progress=progress
-                )
+                    snap.queue, url=url, filters=filters, limit=len(keys), on_progress=progress,
+                    tracing=tracing,
+                )  # fmt: skip
             assert job.export_path is not None
             return await dlq.export(
                 snap.queue,

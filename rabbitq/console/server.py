@@ -19,6 +19,7 @@ from .outbox_page import outbox_page
 from .routes import http_error, routes
 from .security import host_allowed, host_name
 from .state import Config, State
+from .status_page import status_page
 
 # Everything the pages use is served by the console itself; nothing runs inline.
 SECURITY_HEADERS = {
@@ -82,7 +83,7 @@ def create_app(config: Config, *, sample: bool = True) -> Starlette:
             await state.stop()
 
     app = Starlette(
-        routes=[*routes, Route("/outbox", outbox_page)],
+        routes=[*routes, Route("/outbox", outbox_page), Route("/status", status_page)],
         middleware=[
             Middleware(_Headers),
             Middleware(_HostCheck, allowed=tuple(config.allowed_hosts)),

@@ -48,6 +48,7 @@ class Config:
     export_dir: Path
     metrics_urls: Sequence[str] = ()
     outboxes: Sequence[tuple[str, Any]] = ()  # (MODULE:APP, its Outbox): the /outbox page
+    statuses: Sequence[tuple[str, Any]] = ()  # (MODULE:APP, the App) with a status store
     sample_interval: float = DEFAULT_SAMPLE_INTERVAL
     max_read: int = DEFAULT_MAX_READ
     allowed_hosts: Sequence[str] = ()

@@ -175,6 +175,7 @@ async def replay(
             if not publish_channel.is_closed:
                 with contextlib.suppress(Exception):
                     await publish_channel.close()
+            await tracing.flush()  # the status records of the replays (App(status=...))
     return tally
 
 
@@ -187,10 +188,13 @@ async def purge(
     dry_run: bool = False,
     on_progress: Progress | None = None,
     connection: AbstractConnection | None = None,
+    tracing: Tracing | None = None,
 ) -> Tally:
     """Delete the DLQ messages that match ``filters`` (all of them without filters), at
     most ``limit``; the others stay, in order. ``dry_run`` deletes nothing and counts
-    what would go."""
+    what would go. ``tracing`` (e.g. the app's) is told of each message deleted (its
+    status becomes ``purged`` with ``App(status=...)``)."""
+    tracing = tracing or NO_TRACING
     async with session(
         "purge",
         queue,
@@ -209,6 +213,7 @@ async def purge(
                 continue
             if not dry_run:
                 await reader.ack(delivery)
+                tracing.purged(queue=s.dlq, message_id=m.message_id or "")
             tally.done += 1
             if on_progress is not None:
                 on_progress(tally)
@@ -216,4 +221,5 @@ async def purge(
                 break
         if not dry_run:
             await reader.settled()  # every ack has been processed
+    await tracing.flush()
     return tally

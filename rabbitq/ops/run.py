@@ -25,6 +25,7 @@ from ..app import load_app
 from ..schedule.metrics import ScheduleMetrics
 from ..schedule.runner import Scheduler, beside
 from ..settings import TLS, url_password
+from ..status.metrics import StatusMetrics
 from ..worker.handler_pool import THREAD_PREFIX as HANDLER_THREAD_PREFIX
 from ..worker.lifecycle import DEFAULT_GRACE_PERIOD, Worker
 from . import logs, loop, queue_watch
@@ -79,6 +80,8 @@ class Child:
 def build(spec: WorkerSpec, *, metrics: Metrics | None) -> Worker:
     """The worker ``spec`` describes, reporting to ``metrics`` (if any)."""
     app = load_app(spec.app_spec)
+    if metrics is not None and app.status_writer is not None:  # App(status=...)
+        app.status_writer.observers.append(StatusMetrics(metrics.registry))
     return Worker(
         app,
         url=spec.url,

@@ -17,7 +17,7 @@ delivery's span links to.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 TRACEPARENT = "traceparent"
@@ -39,10 +39,9 @@ class DeliverySpan:
 
     __slots__ = ()
 
-    @contextlib.contextmanager
-    def activate(self) -> Iterator[None]:
+    def activate(self) -> contextlib.AbstractContextManager[None]:
         """Make this span the current one (around the handler: its logs, its publishes)."""
-        yield
+        return contextlib.nullcontext()
 
     def copied(self, headers: dict[str, Any]) -> None:
         """A retry or DLQ copy with ``headers`` is about to be sent from this delivery."""
@@ -52,6 +51,9 @@ class DeliverySpan:
 
     def dead_lettered(self, reason: str, error: str | None) -> None:
         """The decision was the DLQ with ``reason``."""
+
+    def duplicate(self) -> None:
+        """The delivery's idempotency key was handled before: acked, not run."""
 
     def end(self, outcome: str, error: str | None = None) -> None:
         """The delivery is settled: ``success``, ``retried``, ``dead_lettered``, ``requeued``."""
@@ -105,6 +107,13 @@ class Tracing:
     ) -> DeliverySpan:
         """A delivery arrived with ``headers``."""
         return NO_DELIVERY
+
+    def purged(self, *, queue: str, message_id: str) -> None:
+        """A message was deleted from the DLQ ``queue`` (``rabbitq dlq purge``)."""
+
+    async def flush(self) -> None:
+        """Write what this observer buffers (the status recorder does): called when a
+        publisher closes, a worker stops and a DLQ operation ends."""
 
 
 NO_TRACING = Tracing()

@@ -329,8 +329,9 @@ def trace_delivery(
     )
 
 
-async def close_stores(handlers: Mapping[str, Handler]) -> None:
-    """Close the idempotency stores of ``handlers``, each once (when the worker stops).
+async def close_stores(handlers: Mapping[str, Handler], tracing: Tracing | None = None) -> None:
+    """Close the idempotency stores of ``handlers``, each once (when the worker stops),
+    and flush ``tracing`` (the status records still queued, with ``App(status=...)``).
 
     A store opens its connections on first use and keeps them until closed: left open,
     a Redis or PostgreSQL pool outlives the worker (in a test suite, its sockets are
@@ -345,3 +346,5 @@ async def close_stores(handlers: Mapping[str, Handler]) -> None:
             await store.close()
         except Exception as exc:
             log.warning("could not close %r: %s", store, exc)
+    if tracing is not None:
+        await tracing.flush()

@@ -246,7 +246,7 @@ class Worker:
         await self._close_connection()
         self._executor.shutdown()
         await self.admission.close()
-        await dispatch.close_stores(self._handlers)  # after the handlers; reopened on next use
+        await dispatch.close_stores(self._handlers, self.app.tracing)  # after the handlers
         if connected:  # a worker that never connected just reports the error
             log.info("worker for %r stopped", self._queue_name)
 
@@ -448,6 +448,7 @@ class Worker:
             if outcome.duplicate:
                 outcome_log.duplicate(delivery, outcome)
                 self.hooks.duplicate(queue, outcome.type_name)
+                span.duplicate()
             span.end("success")
             done = functools.partial(
                 self.hooks.succeeded, queue, outcome.type_name, outcome.duration

@@ -54,5 +54,5 @@ def test_effects_init_and_the_relay_refuse_an_app_without_them():
     init = runner.invoke(main, ["effects", "init", "examples.email_service:app"])
     relay = runner.invoke(main, ["outbox", "relay", "examples.email_service:app"])
 
-    assert init.exit_code == 1 and "no idempotency store and no outbox" in init.output
+    assert init.exit_code == 1 and "no idempotency store, outbox or status store" in init.output
     assert relay.exit_code == 1 and "has no outbox" in relay.output

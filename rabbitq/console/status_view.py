@@ -1,0 +1,77 @@
+"""The status histories the console shows (``App(status=...)``): read from each app's
+status store while a page is served, then closed (the console holds no connection).
+
+A store that cannot be read is one line on the page, never an error page: the status
+is best effort, the DLQ message beside it is what the operator acts on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..cli.dlq_view import escape
+from ..status.model import detail_text
+from ..tracing.base import Tracing
+
+MAX_ID = 200  # characters of a searched message id
+
+
+@dataclass(frozen=True, slots=True)
+class EntryView:
+    """One line of a history, as shown (strings escaped of control characters)."""
+
+    at: str
+    state: str
+    attempt: str
+    detail: str
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryView:
+    """One app's answer for a message id."""
+
+    label: str
+    found: bool
+    state: str = "-"
+    attempts: int = 0
+    entries: tuple[EntryView, ...] = ()
+    error: str | None = None
+
+
+async def histories(statuses: Sequence[tuple[str, Any]], message_id: str) -> list[HistoryView]:
+    """The history of ``message_id`` in each ``(MODULE:APP, app)``'s status store."""
+    found: list[HistoryView] = []
+    for label, app in statuses:
+        try:
+            status = await app.status(message_id)
+        except Exception as exc:  # the store is down, or refuses: one line, not a 500
+            found.append(HistoryView(label, False, error=escape(f"{type(exc).__name__}: {exc}")))
+            continue
+        finally:
+            await app.status_writer.store.close()
+        if status is None:
+            found.append(HistoryView(label, False))
+            continue
+        entries = tuple(
+            EntryView(
+                at=e.at.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + " UTC",
+                state=e.state,
+                attempt="" if e.attempt is None else str(e.attempt),
+                detail=escape(detail_text(e.detail)),
+            )
+            for e in status.history
+        )
+        found.append(HistoryView(label, True, status.state, status.attempts, entries))
+    return found
+
+
+def tracing_for(statuses: Sequence[tuple[str, Any]], dlq: str) -> Tracing | None:
+    """The tracing of the app whose DLQ is ``dlq``, if it has a status store: the console's
+    replays and purges are then recorded in that store (pure)."""
+    for _label, app in statuses:
+        if app.topology().dlq.name == dlq:
+            tracing: Tracing = app.tracing
+            return tracing
+    return None

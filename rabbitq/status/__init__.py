@@ -1,0 +1,56 @@
+"""The status of every message (docs/status.md): ``App(status=store)`` records each
+message's life (published, received, started, retrying, succeeded, duplicate,
+dead-lettered, replayed, purged) and ``await app.status(message_id)`` reads it back.
+
+- :mod:`.model`: the states, a record, and the pure fold into a :class:`MessageStatus`;
+- :mod:`.writer`: the bounded queue and the one task that writes it, best effort;
+- :mod:`.recorder`: the tracing observer that makes the records;
+- :mod:`.backend`, :mod:`.postgres`, :mod:`.redisstatus`: the stores;
+- :mod:`.metrics`: ``rabbitq_status_records_total``.
+
+:class:`PostgresStatus` and :class:`RedisStatus` need the ``postgres`` or ``redis``
+extra; they are imported lazily.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .backend import StatusStore, status_store
+from .model import FINAL, STATES, Entry, MessageStatus, Record, fold
+from .writer import StatusWriter
+
+if TYPE_CHECKING:
+    from .postgres import PostgresStatus
+    from .redisstatus import RedisStatus
+
+__all__ = [
+    "FINAL",
+    "STATES",
+    "Entry",
+    "MessageStatus",
+    "PostgresStatus",
+    "Record",
+    "RedisStatus",
+    "StatusStore",
+    "StatusWriter",
+    "fold",
+    "status_store",
+]
+
+_LAZY = {"PostgresStatus": (".postgres", "postgres"), "RedisStatus": (".redisstatus", "redis")}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module 'rabbitq.status' has no attribute {name!r}")
+    import importlib
+
+    module_name, extra = _LAZY[name]
+    try:
+        module = importlib.import_module(module_name, __name__)
+    except ImportError as exc:
+        raise ImportError(
+            f"rabbitq.status.{name} needs the {extra!r} extra: pip install 'rabbitq[{extra}]'"
+        ) from exc
+    return getattr(module, name)
