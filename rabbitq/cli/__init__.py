@@ -13,7 +13,19 @@ from ..console.cli import console
 from ..ops import logs
 
 # Modules, not their commands: ``rabbitq.cli.dlq`` stays the module (tests patch it).
-from . import demo, dlq, doctor, effects, outbox_rows, publish, queues, schedule, status, version, worker
+from . import (
+    demo,
+    dlq,
+    doctor,
+    effects,
+    outbox_rows,
+    publish,
+    queues,
+    schedule,
+    status,
+    version,
+    worker,
+)
 from .common import Command
 
 
