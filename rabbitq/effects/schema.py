@@ -72,6 +72,52 @@ class KeysSql:
             " WHERE key = %(key)s AND NOT EXISTS (SELECT 1 FROM taken)"
         ).format(t=t)
 
+    def claim_many(self) -> sql.Composed:
+        # The claims of one batch in one statement (group commit): %(keys)s, %(tokens)s
+        # and %(leases)s are arrays, the keys distinct. Each key is taken if absent or
+        # expired, as by claim(); rows are inserted and locked in key order, so that two
+        # workers' batches never wait on each other in a cycle. Answers (key, state) in
+        # any order: 'new', the state found, or NULL (committed after the snapshot: busy).
+        t = sql.Identifier(self.table)
+        return sql.SQL(
+            "WITH input AS (SELECT * FROM unnest(%(keys)s::text[], %(tokens)s::text[],"
+            "  %(leases)s::float8[]) AS i(key, token, lease)),"
+            " taken AS ("
+            " INSERT INTO {t} AS k (key, state, token, expires_at)"
+            " SELECT key, 'busy', token, now() + make_interval(secs => lease)"
+            "  FROM input ORDER BY key"
+            " ON CONFLICT (key) DO UPDATE SET state = 'busy', token = excluded.token,"
+            "  expires_at = excluded.expires_at WHERE k.expires_at < now()"
+            " RETURNING k.key)"
+            " SELECT i.key, CASE WHEN taken.key IS NOT NULL THEN 'new' ELSE k.state END"
+            " FROM input i LEFT JOIN taken ON taken.key = i.key"
+            " LEFT JOIN {t} k ON k.key = i.key"
+        ).format(t=t)
+
+    def _held(self) -> sql.Composed:
+        # The rows of a batch's (key, token) pairs still leased by those tokens, locked in
+        # key order (see claim_many).
+        return sql.SQL(
+            "(SELECT t.key FROM {t} t"
+            " JOIN unnest(%(keys)s::text[], %(tokens)s::text[]) AS i(key, token)"
+            "  ON t.key = i.key AND t.token = i.token"
+            " WHERE t.state = 'busy' ORDER BY t.key FOR UPDATE OF t) AS held"
+        ).format(t=sql.Identifier(self.table))
+
+    def done_many(self) -> sql.Composed:
+        # The done marks of one batch in one statement: the tokens whose lease was held.
+        return sql.SQL(
+            "UPDATE {t} AS k SET state = 'done',"
+            " expires_at = now() + make_interval(secs => %(keep)s)"
+            " FROM {held} WHERE k.key = held.key RETURNING k.token"
+        ).format(t=sql.Identifier(self.table), held=self._held())
+
+    def release_many(self) -> sql.Composed:
+        # The releases of one batch in one statement.
+        return sql.SQL("DELETE FROM {t} AS k USING {held} WHERE k.key = held.key").format(
+            t=sql.Identifier(self.table), held=self._held()
+        )
+
     def done(self) -> sql.Composed:
         return sql.SQL(
             "UPDATE {} SET state = 'done', expires_at = now() + make_interval(secs => %(keep)s)"
