@@ -58,7 +58,8 @@ async def test_workers_killed_with_batches_half_committed_lose_nothing_and_repea
         await run.stop()
         count = await run.count(KEYS)
     killed = [line.split() for line in log.read_text().splitlines()]
-    print("\n" + count.line(f"{mode}, killed with batches half committed: {killed}"))
+    batches = ", ".join(f"{kind} of {len(keys)} keys" for kind, _, *keys in killed)
+    print("\n" + count.line(f"{mode}, killed right after a batch committed ({batches})"))
     assert len(killed) >= 2 and count.kills == len(killed)  # the kills did land
     assert count.lost == 0
     if mode == "tx":
