@@ -24,6 +24,7 @@ from collections.abc import AsyncIterator
 from ..settings import redact_url
 from .batcher import Batcher, FlushCancelled
 from .database import DEFAULT_POOL_SIZE, LINK_ERRORS, Conn, Database
+from .lane import Lane
 from .schema import DEFAULT_PREFIX, KeysSql, check_prefix
 from .store import (
     BUSY,
@@ -41,17 +42,22 @@ log = logging.getLogger("rabbitq.effects")
 
 DEFAULT_CLEANUP_INTERVAL = 60.0
 CLEANUP_BATCH = 1000
-# Statements of one kind (claims, done marks, releases) in flight at once, each on its own
-# pooled connection; the calls issued meanwhile wait for one to return and go in the next.
+# Statements of one kind (claims, done marks, releases) in flight at once: one, on a
+# connection of its own (a Lane); the calls issued meanwhile go together in the next.
 FLUSHES_IN_FLIGHT = 1
 _FAULTS = (*LINK_ERRORS, StoreUnavailable, FlushCancelled)
 _Leased = tuple[Claim, float]  # a claim and its lease, waiting to be sent
 
 
-def status_of(state: str | None) -> Status:
-    """A claim's status from the state its statement answered (pure): ``'new'`` when taken,
-    the state found otherwise; none (a row committed after the statement began) is busy."""
-    return NEW if state == "new" else DONE if state == "done" else BUSY
+def status_of(found: tuple[str | None, str | None] | None, token: str) -> Status:
+    """A claim's status from the (state, token) its statement answered (pure): ``'new'``
+    when taken, or its own token found (the statement sent again after a cut); DONE or
+    BUSY by the state found otherwise; none (a row committed after the statement
+    began) is busy."""
+    state, holder = found or (None, None)
+    if state == "new" or (state == "busy" and holder == token):
+        return NEW
+    return DONE if state == "done" else BUSY
 
 
 class PostgresStore:
@@ -86,6 +92,9 @@ class PostgresStore:
         )
         self.cleanup_interval = cleanup_interval
         self._cleaner: asyncio.Task[None] | None = None
+        # Claims and done marks each keep a connection (a Lane: no pool checkout and check
+        # per statement); releases, rarer, borrow one from the pool.
+        self._claim_lane, self._done_lane = Lane(self.db), Lane(self.db)
         self._claims: Batcher[_Leased, Status] = Batcher(
             self._claim_batch, key=lambda leased: leased[0].key, max_in_flight=FLUSHES_IN_FLIGHT
         )
@@ -110,6 +119,8 @@ class PostgresStore:
         the cleanup task and close the pool."""
         for batcher in (self._claims, self._dones, self._releases):
             await batcher.drain()
+        await self._claim_lane.close()
+        await self._done_lane.close()
         cleaner, self._cleaner = self._cleaner, None
         if cleaner is not None:
             cleaner.cancel()
@@ -154,10 +165,9 @@ class PostgresStore:
             "tokens": [c.token for c, _ in batch],
             "leases": [lease for _, lease in batch],
         }
-        async with self.db.connection() as conn:
-            cur = await conn.execute(self.sql.claim_many(), params)
-            found: dict[str, str | None] = dict(await cur.fetchall())
-        return [status_of(found.get(c.key)) for c, _ in batch]
+        rows = await self._claim_lane.fetch(self.sql.claim_many(), params)
+        found = {key: (state, token) for key, state, token in rows}
+        return [status_of(found.get(c.key), c.token) for c, _ in batch]
 
     async def _done_batch(self, batch: list[Claim]) -> list[bool]:
         """One statement for the done marks of ``batch``: True where the lease was held."""
@@ -166,9 +176,8 @@ class PostgresStore:
             "tokens": [c.token for c in batch],
             "keep": self.retention,
         }
-        async with self.db.connection() as conn:
-            cur = await conn.execute(self.sql.done_many(), params)
-            held = {token for (token,) in await cur.fetchall()}
+        rows = await self._done_lane.fetch(self.sql.done_many(), params)
+        held = {token for (token,) in rows}
         return [c.token in held for c in batch]
 
     async def _release_batch(self, batch: list[Claim]) -> list[None]:

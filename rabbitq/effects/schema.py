@@ -76,8 +76,9 @@ class KeysSql:
         # The claims of one batch in one statement (group commit): %(keys)s, %(tokens)s
         # and %(leases)s are arrays, the keys distinct. Each key is taken if absent or
         # expired, as by claim(); rows are inserted and locked in key order, so that two
-        # workers' batches never wait on each other in a cycle. Answers (key, state) in
-        # any order: 'new', the state found, or NULL (committed after the snapshot: busy).
+        # workers' batches never wait on each other in a cycle. Answers (key, state,
+        # token) in any order: 'new', else the state and token found (none: committed
+        # after the snapshot, busy). Sent again after a cut, it finds its own tokens.
         t = sql.Identifier(self.table)
         return sql.SQL(
             "WITH input AS (SELECT * FROM unnest(%(keys)s::text[], %(tokens)s::text[],"
@@ -89,33 +90,36 @@ class KeysSql:
             " ON CONFLICT (key) DO UPDATE SET state = 'busy', token = excluded.token,"
             "  expires_at = excluded.expires_at WHERE k.expires_at < now()"
             " RETURNING k.key)"
-            " SELECT i.key, CASE WHEN taken.key IS NOT NULL THEN 'new' ELSE k.state END"
+            " SELECT i.key, CASE WHEN taken.key IS NOT NULL THEN 'new' ELSE k.state END,"
+            " k.token"
             " FROM input i LEFT JOIN taken ON taken.key = i.key"
             " LEFT JOIN {t} k ON k.key = i.key"
         ).format(t=t)
 
-    def _held(self) -> sql.Composed:
-        # The rows of a batch's (key, token) pairs still leased by those tokens, locked in
-        # key order (see claim_many).
+    def _held(self, states: str) -> sql.Composed:
+        # The rows of a batch's (key, token) pairs still held by those tokens in one of
+        # ``states``, locked in key order (see claim_many).
         return sql.SQL(
             "(SELECT t.key FROM {t} t"
             " JOIN unnest(%(keys)s::text[], %(tokens)s::text[]) AS i(key, token)"
             "  ON t.key = i.key AND t.token = i.token"
-            " WHERE t.state = 'busy' ORDER BY t.key FOR UPDATE OF t) AS held"
-        ).format(t=sql.Identifier(self.table))
+            " WHERE t.state IN ({states}) ORDER BY t.key FOR UPDATE OF t) AS held"
+        ).format(t=sql.Identifier(self.table), states=sql.SQL(states))
 
     def done_many(self) -> sql.Composed:
         # The done marks of one batch in one statement: the tokens whose lease was held.
+        # A row already done by the same token (this statement sent again after a cut)
+        # counts as held: only that token's claim can have marked it.
         return sql.SQL(
             "UPDATE {t} AS k SET state = 'done',"
             " expires_at = now() + make_interval(secs => %(keep)s)"
             " FROM {held} WHERE k.key = held.key RETURNING k.token"
-        ).format(t=sql.Identifier(self.table), held=self._held())
+        ).format(t=sql.Identifier(self.table), held=self._held("'busy', 'done'"))
 
     def release_many(self) -> sql.Composed:
-        # The releases of one batch in one statement.
+        # The releases of one batch in one statement: leases only, never a done key.
         return sql.SQL("DELETE FROM {t} AS k USING {held} WHERE k.key = held.key").format(
-            t=sql.Identifier(self.table), held=self._held()
+            t=sql.Identifier(self.table), held=self._held("'busy'")
         )
 
     def done(self) -> sql.Composed:
