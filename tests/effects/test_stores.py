@@ -224,3 +224,31 @@ def test_redis_pool_size_must_be_a_positive_integer() -> None:
     for bad in (0, -1, 1.5, True):
         with pytest.raises(ConfigurationError):
             redisstore.RedisStore(pool_size=bad)
+
+
+async def test_postgres_batch_statements_sent_twice_answer_the_same(make_pg_store) -> None:
+    # What a Lane does after a cut: the statement may have committed before it.
+    store = make_pg_store()
+    claim = Claim("k", NEW)
+    assert await store._claim_batch([(claim, 30)]) == [NEW]
+    assert await store._claim_batch([(claim, 30)]) == [NEW]  # its own token: still its lease
+    assert await store._done_batch([claim]) == [True]
+    assert await store._done_batch([claim]) == [True]  # its own done row
+    assert await store._release_batch([claim]) == [None]  # a done key is never released
+    assert (await store.claim("k", lease=30)).status is DONE
+
+
+async def test_postgres_claims_cut_mid_stream_are_sent_again_on_a_new_connection(
+    make_pg_store, pg
+) -> None:
+    store = make_pg_store()
+    first = await store.claim("a", lease=30)
+    await pg.execute(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+        " WHERE pid <> pg_backend_pid() AND datname = 'test' AND query LIKE %s",
+        ("%" + store.sql.table + "%",),
+    )
+    # The claims' connection was cut while idle: the next batch goes on a new one.
+    claims = await asyncio.gather(*(store.claim(k, lease=30) for k in ("a", "b", "c")))
+    assert [c.status for c in claims] == [BUSY, NEW, NEW]
+    assert await store.done(first)
