@@ -29,9 +29,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
 import redis.asyncio as aioredis
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisError
+from redis.exceptions import RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ..errors import ConfigurationError
@@ -54,56 +55,73 @@ DEFAULT_KEY_PREFIX = "rabbitq:idem:"
 # 2 cores: 4 in flight gave 0.46x the no-store rate, 2 0.57x, 1 0.68x).
 DEFAULT_POOL_SIZE = 1
 CLIENT_NAME = "rabbitq-effects"  # as CLIENT LIST shows the store's connections
-_DONE = (b"done", "done")  # either way the client decodes
 
-# KEYS: the keys; ARGV[2i-1]: 'busy:'..token of KEYS[i], ARGV[2i]: its lease in ms.
-# Per key: 1 if taken, else the value found (an error reply for that key alone).
+# Each script takes its batch as one JSON argument, ARGV[1] = [[key, value, ms], ...]
+# (value: 'busy:'..token; ms: a claim's lease or the retention), and answers {codes,
+# errors}: one character per key, and the message of each key's error in order ('!' in
+# codes). One argument to encode and one string to parse per batch, not three and one
+# per key: redis-py's encoding and parsing are most of the store's CPU on the worker's
+# event loop. (The keys are not passed as KEYS: the store needs one Redis, not a cluster.)
+# Claim codes: 'n' taken, 'm' already held by this token, 'd' done, 'b' busy elsewhere.
 _CLAIM = """
-local out = {}
-for i, key in ipairs(KEYS) do
-  local taken = redis.pcall('SET', key, ARGV[2 * i - 1], 'NX', 'PX', ARGV[2 * i])
+local codes, errors = {}, {}
+for i, item in ipairs(cjson.decode(ARGV[1])) do
+  local key, mine = item[1], item[2]
+  local taken = redis.pcall('SET', key, mine, 'NX', 'PX', item[3])
   if type(taken) == 'table' and taken.err then
-    out[i] = taken
+    codes[i] = '!'; errors[#errors + 1] = taken.err
   elseif taken then
-    out[i] = 1
+    codes[i] = 'n'
   else
-    out[i] = redis.pcall('GET', key)
+    local value = redis.pcall('GET', key)
+    if type(value) == 'table' then
+      codes[i] = '!'; errors[#errors + 1] = value.err
+    elseif value == mine then
+      codes[i] = 'm'
+    elseif value == 'done' then
+      codes[i] = 'd'
+    else
+      codes[i] = 'b'
+    end
   end
 end
-return out
+return {table.concat(codes), errors}
 """
-# KEYS: the keys; ARGV[i]: 'busy:'..token of KEYS[i]; ARGV[#KEYS + 1]: retention in ms.
-# Per key: 1 if it was still leased by that token (now done), else 0.
+# Codes: '1' the lease was held (now done for ms), '0' not.
 _MARK_DONE = """
-local out = {}
-local keep = ARGV[#KEYS + 1]
-for i, key in ipairs(KEYS) do
-  local value = redis.pcall('GET', key)
+local codes, errors = {}, {}
+for i, item in ipairs(cjson.decode(ARGV[1])) do
+  local value = redis.pcall('GET', item[1])
   if type(value) == 'table' then
-    out[i] = value
-  elseif value == ARGV[i] then
-    local set = redis.pcall('SET', key, 'done', 'PX', keep)
-    if set.err then out[i] = set else out[i] = 1 end
+    codes[i] = '!'; errors[#errors + 1] = value.err
+  elseif value == item[2] then
+    local set = redis.pcall('SET', item[1], 'done', 'PX', item[3])
+    if set.err then
+      codes[i] = '!'; errors[#errors + 1] = set.err
+    else
+      codes[i] = '1'
+    end
   else
-    out[i] = 0
+    codes[i] = '0'
   end
 end
-return out
+return {table.concat(codes), errors}
 """
-# KEYS: the keys; ARGV[i]: 'busy:'..token of KEYS[i]. Per key: 1 if deleted, else 0.
+# Codes: '1' deleted, '0' not held by that token.
 _RELEASE = """
-local out = {}
-for i, key in ipairs(KEYS) do
-  local value = redis.pcall('GET', key)
+local codes, errors = {}, {}
+for i, item in ipairs(cjson.decode(ARGV[1])) do
+  local value = redis.pcall('GET', item[1])
   if type(value) == 'table' then
-    out[i] = value
-  elseif value == ARGV[i] then
-    out[i] = redis.pcall('DEL', key)
+    codes[i] = '!'; errors[#errors + 1] = value.err
+  elseif value == item[2] then
+    redis.pcall('DEL', item[1])
+    codes[i] = '1'
   else
-    out[i] = 0
+    codes[i] = '0'
   end
 end
-return out
+return {table.concat(codes), errors}
 """
 _SCRIPTS = {"claim": _CLAIM, "done": _MARK_DONE, "release": _RELEASE}
 _FAULTS = (RedisConnectionError, RedisTimeoutError, RedisError, OSError, FlushCancelled)
@@ -124,34 +142,38 @@ def plan(ops: Sequence[Op], retention_ms: int) -> list[tuple[str, list[int], lis
     """The script calls of one pipeline (pure): per kind present, in the order of
     ``_SCRIPTS``, the ``EVAL`` arguments and the positions in ``ops`` it answers."""
     calls: list[tuple[str, list[int], list[Any]]] = []
+    keep = str(retention_ms)
     for kind, script in _SCRIPTS.items():
         at = [i for i, op in enumerate(ops) if op.kind == kind]
         if not at:
             continue
-        keys = [ops[i].name for i in at]
-        if kind == "claim":
-            argv: list[Any] = [x for i in at for x in (ops[i].value, ops[i].ms)]
-        else:
-            argv = [ops[i].value for i in at]
-            if kind == "done":
-                argv.append(retention_ms)
-        calls.append((kind, at, ["EVAL", script, len(keys), *keys, *argv]))
+        items = [
+            (ops[i].name, ops[i].value, str(ops[i].ms) if kind == "claim" else keep) for i in at
+        ]
+        calls.append((kind, at, ["EVAL", script, 0, orjson.dumps(items)]))
     return calls
 
 
-def answer(op: Op, reply: Any) -> Status | bool | Exception:
-    """What ``reply`` (one key's part of its script's answer) means for ``op`` (pure):
-    a claim's status, whether a done mark or release found the lease held, or the
-    error of that key alone."""
-    if isinstance(reply, Exception):
-        return reply
-    if op.kind != "claim":
-        return bool(reply == 1)
-    if reply == 1 or reply in (op.value, op.value.encode()):
-        # Our own token: the script ran, then redis-py retried it after a connection
-        # error, and it found the key taken by this very claim.
-        return NEW
-    return DONE if reply in _DONE else BUSY
+_STATUS = {"n": NEW, "m": NEW, "d": DONE, "b": BUSY}
+
+
+def answers(kind: str, reply: Any) -> list[Status | bool | Exception]:
+    """What one script's reply means for each of its calls, in order (pure): a claim's
+    status (its own token found, after its pipeline was sent again, is NEW), whether a
+    done mark or release found the lease held, or the error of that key alone."""
+    raw, messages = reply
+    codes = raw.decode() if isinstance(raw, bytes) else str(raw)
+    errors = iter(messages)
+    out: list[Status | bool | Exception] = []
+    for code in codes:
+        if code == "!":
+            message = next(errors)
+            out.append(ResponseError(message.decode() if isinstance(message, bytes) else message))
+        elif kind == "claim":
+            out.append(_STATUS[code])
+        else:
+            out.append(code == "1")
+    return out
 
 
 class RedisStore:
@@ -228,13 +250,13 @@ class RedisStore:
         for _, _, args in calls:
             pipe.execute_command(*args)
         replies = await pipe.execute(raise_on_error=False)
-        answers: list[Status | bool | Exception] = [RuntimeError("unanswered")] * len(ops)
-        for (_, at, _), reply in zip(calls, replies, strict=True):
-            for n, i in enumerate(at):
-                # A script that failed as a whole (an error reply) fails each of its calls.
-                part = reply if isinstance(reply, Exception) else reply[n]
-                answers[i] = answer(ops[i], part)
-        return answers
+        out: list[Status | bool | Exception] = [RuntimeError("unanswered")] * len(ops)
+        for (kind, at, _), reply in zip(calls, replies, strict=True):
+            # A script that failed as a whole (an error reply) fails each of its calls.
+            parts = [reply] * len(at) if isinstance(reply, Exception) else answers(kind, reply)
+            for i, part in zip(at, parts, strict=True):
+                out[i] = part
+        return out
 
     async def claim(self, key: str, *, lease: float) -> Claim:
         """``SET NX PX``: NEW if taken, else DONE or BUSY by what the key holds."""
