@@ -112,15 +112,16 @@ class Batcher(Generic[T, R]):
         """Items waiting for a flush to take them."""
         return len(self._pending)
 
-    async def submit(self, item: T) -> R:
-        """``item``'s answer, once a flush has carried it; its error raised."""
+    def submit(self, item: T) -> asyncio.Future[R]:
+        """A future of ``item``'s answer (or error), set once a flush has carried it. A
+        future rather than a coroutine: one frame less to resume on the hot path."""
         loop = asyncio.get_running_loop()
         if loop is not self._loop:  # first use, or the last loop ended without a drain
             self._loop, self._pending, self._flushes, self._starting = loop, [], set(), False
         future: asyncio.Future[R] = loop.create_future()
         self._pending.append((item, future))
         self._maybe_start()
-        return await future
+        return future
 
     async def drain(self) -> None:
         """Flush what was submitted and wait for every answer (before closing a store)."""
