@@ -9,9 +9,10 @@ there is nothing to clean.
 Group commit (:mod:`rabbitq.effects.batcher`): the claims, done marks and releases that
 the worker's handlers issue in one turn of the event loop, or while the previous round
 trip is in flight, go in one pipeline, as one Lua script call per kind (``EVAL`` with
-every key of the batch): one round trip and three commands for all of them instead of
-one or two commands each. What limits the store is redis-py's CPU on the worker's event
-loop (encoding and parsing per command), which this saves: see docs/benchmarks.md.
+the batch as one JSON argument, answered by one string): one round trip and at most
+three commands for all of them instead of one or two commands each. What limits the
+store is redis-py's CPU on the worker's event loop (encoding and parsing per argument
+and reply), which this saves: see docs/benchmarks.md.
 Each script works key by key with ``redis.pcall``, so each caller gets its own answer
 or error (a key of the wrong type fails its caller alone); a pipeline that fails as a
 whole (Redis unreachable, the connection cut, a timeout) fails every call in it with
