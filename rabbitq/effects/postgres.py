@@ -19,7 +19,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
+
+import orjson
 
 from ..settings import redact_url
 from .batcher import Batcher, FlushCancelled
@@ -161,9 +163,9 @@ class PostgresStore:
     async def _claim_batch(self, batch: list[_Leased]) -> list[Status]:
         """One statement for the claims of ``batch`` (distinct keys, see the Batcher)."""
         params = {
-            "keys": [c.key for c, _ in batch],
-            "tokens": [c.token for c, _ in batch],
-            "leases": [lease for _, lease in batch],
+            "batch": orjson.dumps(
+                [{"key": c.key, "token": c.token, "lease": lease} for c, lease in batch]
+            ).decode()
         }
         rows = await self._claim_lane.fetch(self.sql.claim_many(), params)
         found = {key: (state, token) for key, state, token in rows}
@@ -171,18 +173,14 @@ class PostgresStore:
 
     async def _done_batch(self, batch: list[Claim]) -> list[bool]:
         """One statement for the done marks of ``batch``: True where the lease was held."""
-        params = {
-            "keys": [c.key for c in batch],
-            "tokens": [c.token for c in batch],
-            "keep": self.retention,
-        }
+        params = {"batch": _pairs(batch), "keep": self.retention}
         rows = await self._done_lane.fetch(self.sql.done_many(), params)
         held = {token for (token,) in rows}
         return [c.token in held for c in batch]
 
     async def _release_batch(self, batch: list[Claim]) -> list[None]:
         """One statement for the releases of ``batch``."""
-        params = {"keys": [c.key for c in batch], "tokens": [c.token for c in batch]}
+        params = {"batch": _pairs(batch)}
         async with self.db.connection() as conn:
             await conn.execute(self.sql.release_many(), params)
         return [None] * len(batch)
@@ -230,3 +228,8 @@ class PostgresStore:
         """Drop the table (for tests and uninstalling)."""
         async with self.db.connection() as conn:
             await conn.execute(self.sql.drop())
+
+
+def _pairs(batch: Sequence[Claim]) -> str:
+    """A batch's keys and tokens as the JSON its statement reads (pure)."""
+    return orjson.dumps([{"key": c.key, "token": c.token} for c in batch]).decode()
