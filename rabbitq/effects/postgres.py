@@ -4,10 +4,10 @@ A claim is an ``INSERT ... ON CONFLICT DO UPDATE ... WHERE expires_at < now()``:
 key is taken if it is absent or its lease (or retention) ran out. Done and release are
 updates guarded by the claim's token. Each kind is group-committed
 (:mod:`rabbitq.effects.batcher`): the claims issued together are one statement over
-arrays (``unnest``), one commit, and so are the done marks and the releases; a caller
-still gets its own answer, and returns only once its statement committed. Expired rows
-are deleted in batches through the ``expires_at`` index by a background task, never on
-the path of a message.
+the batch (one JSON parameter), one commit, and so are the done marks and the releases;
+a caller still gets its own answer, and returns only once its statement committed.
+Expired rows are deleted in batches through the ``expires_at`` index by a background
+task, never on the path of a message.
 
 Transactional mode: :meth:`PostgresStore.transaction` lends the handler a connection
 whose transaction also marks the key done, so the handler's own writes in that database
