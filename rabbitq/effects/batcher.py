@@ -148,8 +148,11 @@ class Batcher(Generic[T, R]):
 
     def _finished(self, task: asyncio.Task[None]) -> None:
         self._flushes.discard(task)
-        if task.get_loop() is self._loop:
-            self._maybe_start()  # the items submitted while it ran
+        if task.get_loop() is not self._loop:
+            return
+        if task.cancelled():
+            self._starting = False  # (cancelled before it took the pending items)
+        self._maybe_start()  # the items submitted while it ran
 
     async def _run(self) -> None:
         self._starting = False

@@ -134,3 +134,13 @@ async def test_up_to_max_in_flight_flushes_run_at_once() -> None:
     flush.gate.set()
     assert await asyncio.gather(*calls) == [0, 10, 20, 30, 40]
     assert flush.batches[-1] == [4]
+
+
+async def test_a_flush_cancelled_before_it_ran_leaves_its_items_to_the_next() -> None:
+    flush = Recorder()
+    batcher: Batcher[int, int] = Batcher(flush)
+    first = batcher.submit(1)
+    (task,) = batcher._flushes
+    task.cancel()  # before its first step: it took nothing
+    assert await first == 10
+    assert flush.batches == [[1]]
