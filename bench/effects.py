@@ -54,8 +54,9 @@ POOL = 16
 MODES = ("no store", "redis", "postgres", "postgres transactional")
 
 
-async def consume(url: str, n: int, mode: str) -> float:
-    """msg/s consuming ``n`` messages in ``mode``."""
+async def consume(url: str, n: int, mode: str) -> tuple[float, float]:
+    """msg/s consuming ``n`` messages in ``mode``, and the process's CPU us per message
+    (the worker's and the store client's, not the broker's nor the database's)."""
     prefix = f"bench_{uuid.uuid4().hex[:8]}_"
     store: Any = None
     if mode == "redis":
@@ -95,7 +96,7 @@ async def consume(url: str, n: int, mode: str) -> float:
                 worker.stop()
                 await task
         assert hooks.first is not None and hooks.last is not None
-        return n / (hooks.last - hooks.first)
+        return n / (hooks.last - hooks.first), (hooks.cpu[1] - hooks.cpu[0]) / n * 1e6
     finally:
         await _cleanup(store, prefix)
 
@@ -157,10 +158,13 @@ def _fmt(values: list[float]) -> str:
 
 async def main_async(url: str, n: int, rounds: int) -> None:
     results: dict[str, list[float]] = {m: [] for m in (*MODES, "publish_many", "outbox relay")}
+    cpu: dict[str, list[float]] = {m: [] for m in MODES}
     for r in range(rounds):
         order = MODES if r % 2 == 0 else tuple(reversed(MODES))
         for mode in order:
-            results[mode].append(await consume(url, n, mode))
+            rate, us = await consume(url, n, mode)
+            results[mode].append(rate)
+            cpu[mode].append(us)
         pair = ("publish_many", "outbox relay") if r % 2 == 0 else ("outbox relay", "publish_many")
         for name in pair:
             fn = publish_many if name == "publish_many" else relay
@@ -169,14 +173,17 @@ async def main_async(url: str, n: int, rounds: int) -> None:
     base = statistics.median(results["no store"])
     pm = statistics.median(results["publish_many"])
     print(f"\nn={n}, rounds={rounds}, prefetch {PREFETCH}\n")
-    print("| scenario | msg/s, median (min-max) | vs baseline |")
-    print("|---|---|---|")
+    print("| scenario | msg/s, median (min-max) | vs baseline | client CPU us/msg |")
+    print("|---|---|---|---|")
     for mode in MODES:
         ratio = statistics.median(results[mode]) / base
-        print(f"| consume, {mode} | {_fmt(results[mode])} | {ratio:.2f}x no store |")
-    print(f"| publish_many | {_fmt(results['publish_many'])} | 1.00x |")
+        print(
+            f"| consume, {mode} | {_fmt(results[mode])} | {ratio:.2f}x no store"
+            f" | {statistics.median(cpu[mode]):.0f} |"
+        )
+    print(f"| publish_many | {_fmt(results['publish_many'])} | 1.00x | |")
     ratio = statistics.median(results["outbox relay"]) / pm
-    print(f"| outbox relay | {_fmt(results['outbox relay'])} | {ratio:.2f}x publish_many |")
+    print(f"| outbox relay | {_fmt(results['outbox relay'])} | {ratio:.2f}x publish_many | |")
 
 
 def main() -> None:

@@ -43,12 +43,18 @@ async def send_confirmed(
         underlay = await channel.get_underlay_channel()
         # aiormq matches a return to its publish by message_id: one per id in flight
         async with one_in_flight(underlay, properties.message_id):
-            await underlay.basic_publish(
+            # aiormq's Channel takes ``wait`` (6.x and 7.x); its abstract class omits it.
+            await underlay.basic_publish(  # type: ignore[call-arg]
                 body,
                 exchange=exchange,
                 routing_key=routing_key,
                 properties=properties,
                 mandatory=True,
+                # Queue the frame and wait for the confirm only, not also for the frame to
+                # be written out while holding the channel's lock: the next publish need
+                # not wait a turn of the writer (the write queue is bounded: back-pressure
+                # stays). The confirm is the proof, as before.
+                wait=False,
             )
     except FAILURES as exc:
         raise publish_error(exc, exchange, routing_key) from exc

@@ -18,33 +18,57 @@ from __future__ import annotations
 
 import asyncio
 import weakref
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from types import TracebackType
 
-# channel -> message_id -> the publish in flight with that id (done when it is settled)
-_in_flight: weakref.WeakKeyDictionary[object, dict[str, asyncio.Future[None]]] = (
+# channel -> message_id -> the publishes waiting for the one in flight with that id
+_in_flight: weakref.WeakKeyDictionary[object, dict[str, list[asyncio.Future[None]]]] = (
     weakref.WeakKeyDictionary()
 )
 
 
-@asynccontextmanager
-async def one_in_flight(channel: object, message_id: str | None) -> AsyncIterator[None]:
-    """Wait until no other publish with ``message_id`` is in flight on ``channel``, then
-    hold that place for the block (the publish and its confirm)."""
-    if not message_id:  # aiormq gives it a fresh random id
-        yield
-        return
-    pending = _in_flight.setdefault(channel, {})
-    while (earlier := pending.get(message_id)) is not None:
-        await asyncio.shield(earlier)
-    mine: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-    pending[message_id] = mine
-    try:
-        yield
-    finally:
-        if pending.get(message_id) is mine:
-            del pending[message_id]
-        mine.set_result(None)
+class _Place:
+    """The place of one publish among those with its id on its channel (see
+    :func:`one_in_flight`). A class rather than a generator-based context manager: it is
+    on the path of every publish, and takes no future unless it has to wait."""
+
+    __slots__ = ("_id", "_pending", "_waiters")
+
+    def __init__(self, channel: object, message_id: str | None) -> None:
+        self._id = message_id
+        self._waiters: list[asyncio.Future[None]] = []
+        pending = _in_flight.get(channel)
+        if pending is None and message_id:
+            pending = _in_flight[channel] = {}
+        self._pending = pending
+
+    async def __aenter__(self) -> None:
+        if not self._id or self._pending is None:  # aiormq gives it a fresh random id
+            return
+        while (waiting := self._pending.get(self._id)) is not None:
+            woken: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            waiting.append(woken)
+            await woken  # the earlier publish settled: look again
+        self._pending[self._id] = self._waiters
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if not self._id or self._pending is None:
+            return
+        if self._pending.get(self._id) is self._waiters:
+            del self._pending[self._id]
+        for woken in self._waiters:
+            if not woken.done():  # (its publish may have been cancelled meanwhile)
+                woken.set_result(None)
+
+
+def one_in_flight(channel: object, message_id: str | None) -> _Place:
+    """Wait (``async with``) until no other publish with ``message_id`` is in flight on
+    ``channel``, then hold that place for the block (the publish and its confirm)."""
+    return _Place(channel, message_id)
 
 
 def held(channel: object) -> int:

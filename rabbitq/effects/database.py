@@ -94,6 +94,18 @@ class Database:
         if pool is not None:
             await pool.close()
 
+    async def connect(self) -> Conn:
+        """A new autocommit connection of the caller's own, outside the pool (the schema
+        created first); an unreachable database is :class:`StoreUnavailable`."""
+        if not self._schema_ready:
+            await self.open()
+        try:
+            return await psycopg.AsyncConnection.connect(
+                self.dsn, autocommit=True, connect_timeout=max(1, int(self.timeout))
+            )
+        except LINK_ERRORS as exc:
+            raise StoreUnavailable(f"{self!r} is unavailable: {exc}") from exc
+
     @contextlib.asynccontextmanager
     async def connection(self) -> AsyncIterator[Conn]:
         """A pooled connection; an unreachable database is :class:`StoreUnavailable`."""

@@ -1,9 +1,13 @@
 """``PostgresStore``: idempotency keys in a PostgreSQL table, with a transactional mode.
 
-A claim is one ``INSERT ... ON CONFLICT DO UPDATE ... WHERE expires_at < now()``: the
+A claim is an ``INSERT ... ON CONFLICT DO UPDATE ... WHERE expires_at < now()``: the
 key is taken if it is absent or its lease (or retention) ran out. Done and release are
-updates guarded by the claim's token. Expired rows are deleted in batches through the
-``expires_at`` index by a background task, never on the path of a message.
+updates guarded by the claim's token. Each kind is group-committed
+(:mod:`rabbitq.effects.batcher`): the claims issued together are one statement over
+the batch (one JSON parameter), one commit, and so are the done marks and the releases;
+a caller still gets its own answer, and returns only once its statement committed.
+Expired rows are deleted in batches through the ``expires_at`` index by a background
+task, never on the path of a message.
 
 Transactional mode: :meth:`PostgresStore.transaction` lends the handler a connection
 whose transaction also marks the key done, so the handler's own writes in that database
@@ -15,10 +19,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
+
+import orjson
 
 from ..settings import redact_url
+from .batcher import Batcher, FlushCancelled
 from .database import DEFAULT_POOL_SIZE, LINK_ERRORS, Conn, Database
+from .lane import Lane
 from .schema import DEFAULT_PREFIX, KeysSql, check_prefix
 from .store import (
     BUSY,
@@ -27,6 +35,7 @@ from .store import (
     NEW,
     Claim,
     LeaseLost,
+    Status,
     StoreUnavailable,
     check_positive,
 )
@@ -35,6 +44,22 @@ log = logging.getLogger("rabbitq.effects")
 
 DEFAULT_CLEANUP_INTERVAL = 60.0
 CLEANUP_BATCH = 1000
+# Statements of one kind (claims, done marks, releases) in flight at once: one, on a
+# connection of its own (a Lane); the calls issued meanwhile go together in the next.
+FLUSHES_IN_FLIGHT = 1
+_FAULTS = (*LINK_ERRORS, StoreUnavailable, FlushCancelled)
+_Leased = tuple[Claim, float]  # a claim and its lease, waiting to be sent
+
+
+def status_of(found: tuple[str | None, str | None] | None, token: str) -> Status:
+    """A claim's status from the (state, token) its statement answered (pure): ``'new'``
+    when taken, or its own token found (the statement sent again after a cut); DONE or
+    BUSY by the state found otherwise; none (a row committed after the statement
+    began) is busy."""
+    state, holder = found or (None, None)
+    if state == "new" or (state == "busy" and holder == token):
+        return NEW
+    return DONE if state == "done" else BUSY
 
 
 class PostgresStore:
@@ -69,6 +94,18 @@ class PostgresStore:
         )
         self.cleanup_interval = cleanup_interval
         self._cleaner: asyncio.Task[None] | None = None
+        # Claims and done marks each keep a connection (a Lane: no pool checkout and check
+        # per statement); releases, rarer, borrow one from the pool.
+        self._claim_lane, self._done_lane = Lane(self.db), Lane(self.db)
+        self._claims: Batcher[_Leased, Status] = Batcher(
+            self._claim_batch, key=lambda leased: leased[0].key, max_in_flight=FLUSHES_IN_FLIGHT
+        )
+        self._dones: Batcher[Claim, bool] = Batcher(
+            self._done_batch, max_in_flight=FLUSHES_IN_FLIGHT
+        )
+        self._releases: Batcher[Claim, None] = Batcher(
+            self._release_batch, max_in_flight=FLUSHES_IN_FLIGHT
+        )
 
     def __repr__(self) -> str:
         return f"PostgresStore({redact_url(self.db.dsn)!r}, table={self.sql.table!r})"
@@ -80,7 +117,12 @@ class PostgresStore:
             self._cleaner = asyncio.create_task(self._clean_every(self.cleanup_interval))
 
     async def close(self) -> None:
-        """Stop the cleanup task and close the pool."""
+        """Send the claims, done marks and releases already issued and wait for them; stop
+        the cleanup task and close the pool."""
+        for batcher in (self._claims, self._dones, self._releases):
+            await batcher.drain()
+        await self._claim_lane.close()
+        await self._done_lane.close()
         cleaner, self._cleaner = self._cleaner, None
         if cleaner is not None:
             cleaner.cancel()
@@ -91,33 +133,20 @@ class PostgresStore:
     async def claim(self, key: str, *, lease: float) -> Claim:
         """Take ``key`` for ``lease`` seconds: NEW, DONE (a duplicate) or BUSY."""
         claim = Claim(key, NEW)
-        async with self.db.connection() as conn:
-            try:
-                cur = await conn.execute(
-                    self.sql.claim(), {"key": key, "token": claim.token, "lease": lease}
-                )
-                row = await cur.fetchone()
-            except LINK_ERRORS as exc:
-                raise StoreUnavailable(f"{self!r}: claim failed: {exc}") from exc
-        state = row[0] if row else "busy"
-        claim.status = NEW if state == "new" else DONE if state == "done" else BUSY
+        try:
+            claim.status = await self._claims.submit((claim, lease))
+        except _FAULTS as exc:
+            raise StoreUnavailable(f"{self!r}: claim failed: {exc}") from exc
         return claim
-
-    async def _mark_done(self, conn: Conn, claim: Claim) -> bool:
-        cur = await conn.execute(
-            self.sql.done(), {"key": claim.key, "token": claim.token, "keep": self.retention}
-        )
-        return cur.rowcount == 1
 
     async def done(self, claim: Claim) -> bool:
         """Mark the key done for ``retention``; False if the lease was lost meanwhile."""
         if claim.settled:
             return True
-        async with self.db.connection() as conn:
-            try:
-                ok = await self._mark_done(conn, claim)
-            except LINK_ERRORS as exc:
-                raise StoreUnavailable(f"{self!r}: marking done failed: {exc}") from exc
+        try:
+            ok = await self._dones.submit(claim)
+        except _FAULTS as exc:
+            raise StoreUnavailable(f"{self!r}: marking done failed: {exc}") from exc
         claim.settled = True
         return ok
 
@@ -125,12 +154,42 @@ class PostgresStore:
         """Delete the lease so that a retry can run (no-op if already settled)."""
         if claim.settled:
             return
-        async with self.db.connection() as conn:
-            try:
-                await conn.execute(self.sql.release(), {"key": claim.key, "token": claim.token})
-            except LINK_ERRORS as exc:
-                raise StoreUnavailable(f"{self!r}: release failed: {exc}") from exc
+        try:
+            await self._releases.submit(claim)
+        except _FAULTS as exc:
+            raise StoreUnavailable(f"{self!r}: release failed: {exc}") from exc
         claim.settled = True
+
+    async def _claim_batch(self, batch: list[_Leased]) -> list[Status]:
+        """One statement for the claims of ``batch`` (distinct keys, see the Batcher)."""
+        params = {
+            "batch": orjson.dumps(
+                [{"key": c.key, "token": c.token, "lease": lease} for c, lease in batch]
+            ).decode()
+        }
+        rows = await self._claim_lane.fetch(self.sql.claim_many(), params)
+        found = {key: (state, token) for key, state, token in rows}
+        return [status_of(found.get(c.key), c.token) for c, _ in batch]
+
+    async def _done_batch(self, batch: list[Claim]) -> list[bool]:
+        """One statement for the done marks of ``batch``: True where the lease was held."""
+        params = {"batch": _pairs(batch), "keep": self.retention}
+        rows = await self._done_lane.fetch(self.sql.done_many(), params)
+        held = {token for (token,) in rows}
+        return [c.token in held for c in batch]
+
+    async def _release_batch(self, batch: list[Claim]) -> list[None]:
+        """One statement for the releases of ``batch``."""
+        params = {"batch": _pairs(batch)}
+        async with self.db.connection() as conn:
+            await conn.execute(self.sql.release_many(), params)
+        return [None] * len(batch)
+
+    async def _mark_done(self, conn: Conn, claim: Claim) -> bool:
+        cur = await conn.execute(
+            self.sql.done(), {"key": claim.key, "token": claim.token, "keep": self.retention}
+        )
+        return cur.rowcount == 1
 
     @contextlib.asynccontextmanager
     async def transaction(self, claim: Claim) -> AsyncIterator[Conn]:
@@ -169,3 +228,8 @@ class PostgresStore:
         """Drop the table (for tests and uninstalling)."""
         async with self.db.connection() as conn:
             await conn.execute(self.sql.drop())
+
+
+def _pairs(batch: Sequence[Claim]) -> str:
+    """A batch's keys and tokens as the JSON its statement reads (pure)."""
+    return orjson.dumps([{"key": c.key, "token": c.token} for c in batch]).decode()

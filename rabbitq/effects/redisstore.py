@@ -1,19 +1,23 @@
 """``RedisStore``: idempotency keys in Redis, one string per key.
 
-A claim is ``SET key busy:<token> NX PX <lease>``: one command for a new key. If the
-key exists, a ``GET`` tells done from busy. Done and release are Lua scripts (``EVAL``)
-that compare the token and set (or delete) in one step, so a worker whose lease expired
-cannot overwrite the new holder. Expiry is Redis's own (``PX``): no cleanup needed.
+A key holds ``busy:<token>`` while leased and ``done`` once handled. A claim is ``SET
+key busy:<token> NX PX <lease>``, and the key's value if that found it taken (done or
+busy); done and release compare the token and set (or delete) in one step, so a worker
+whose lease expired cannot overwrite the new holder. Expiry is Redis's own (``PX``):
+there is nothing to clean.
 
-Commands are pipelined automatically: a command issued while nothing is in flight goes
-at once; the commands that the worker's handlers issue while it (or a pipeline) waits for
-Redis's answers go together in the next pipeline (``transaction=False``: each command is
-atomic on its own, as when sent alone), one round trip for all of them. Each caller gets
-its own command's answer or error; a pipeline that fails as a whole (Redis unreachable,
-the connection cut, a timeout) fails every command in it with ``StoreUnavailable``, as a
-single failed command would. What limits the store is redis-py's CPU on the worker's
-event loop (encoding, parsing, a round trip's fixed cost), and one round trip per
-pipeline instead of per command saves most of it: see docs/benchmarks.md.
+Group commit (:mod:`rabbitq.effects.batcher`): the claims, done marks and releases that
+the worker's handlers issue in one turn of the event loop, or while the previous round
+trip is in flight, go in one pipeline, as one Lua script call per kind (``EVAL`` with
+the batch as one JSON argument, answered by one string): one round trip and at most
+three commands for all of them instead of one or two commands each. What limits the
+store is redis-py's CPU on the worker's event loop (encoding and parsing per argument
+and reply), which this saves: see docs/benchmarks.md.
+Each script works key by key with ``redis.pcall``, so each caller gets its own answer
+or error (a key of the wrong type fails its caller alone); a pipeline that fails as a
+whole (Redis unreachable, the connection cut, a timeout) fails every call in it with
+``StoreUnavailable``, as a single failed command would. A script is atomic as a whole,
+and each key's step is exactly the single-key command it replaces.
 
 Redis is as durable as its configuration: with ``appendonly no`` a Redis restart forgets
 every key (duplicates then run again). Use AOF with ``appendfsync everysec`` or better
@@ -22,51 +26,163 @@ where that matters; see docs/effects.md.
 
 from __future__ import annotations
 
-import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
+import orjson
 import redis.asyncio as aioredis
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisError
+from redis.exceptions import RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ..errors import ConfigurationError
 from ..settings import redact_url
-from .store import BUSY, DEFAULT_RETENTION, DONE, NEW, Claim, StoreUnavailable, check_positive
+from .batcher import Batcher, FlushCancelled
+from .store import (
+    BUSY,
+    DEFAULT_RETENTION,
+    DONE,
+    NEW,
+    Claim,
+    Status,
+    StoreUnavailable,
+    check_positive,
+)
 
 DEFAULT_KEY_PREFIX = "rabbitq:idem:"
 # Pipelines in flight at once, each on its own connection. One is the fastest: the
-# commands issued while it waits for Redis go together in the next (bench.effects on
+# calls issued while it waits for Redis go together in the next (bench.effects on
 # 2 cores: 4 in flight gave 0.46x the no-store rate, 2 0.57x, 1 0.68x).
 DEFAULT_POOL_SIZE = 1
 CLIENT_NAME = "rabbitq-effects"  # as CLIENT LIST shows the store's connections
-_DONE = (b"done", "done")  # either way the client decodes
 
-# KEYS[1]: the key; ARGV[1]: 'busy:'..token; ARGV[2]: retention in ms.
+# Each script takes its batch as one JSON argument, ARGV[1] = [[key, value, ms], ...]
+# (value: 'busy:'..token; ms: a claim's lease or the retention), and answers {codes,
+# errors}: one character per key, and the message of each key's error in order ('!' in
+# codes). One argument to encode and one string to parse per batch, not three and one
+# per key: redis-py's encoding and parsing are most of the store's CPU on the worker's
+# event loop. (The keys are not passed as KEYS: the store needs one Redis, not a cluster.)
+# Claim codes: 'n' taken, 'm' already held by this token, 'd' done, 'b' busy elsewhere.
+_CLAIM = """
+local codes, errors = {}, {}
+for i, item in ipairs(cjson.decode(ARGV[1])) do
+  local key, mine = item[1], item[2]
+  local taken = redis.pcall('SET', key, mine, 'NX', 'PX', item[3])
+  if type(taken) == 'table' and taken.err then
+    codes[i] = '!'; errors[#errors + 1] = taken.err
+  elseif taken then
+    codes[i] = 'n'
+  else
+    local value = redis.pcall('GET', key)
+    if type(value) == 'table' then
+      codes[i] = '!'; errors[#errors + 1] = value.err
+    elseif value == mine then
+      codes[i] = 'm'
+    elseif value == 'done' then
+      codes[i] = 'd'
+    else
+      codes[i] = 'b'
+    end
+  end
+end
+return {table.concat(codes), errors}
+"""
+# Codes: '1' the lease was held (now done for ms), '0' not.
 _MARK_DONE = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  redis.call('SET', KEYS[1], 'done', 'PX', ARGV[2])
-  return 1
+local codes, errors = {}, {}
+for i, item in ipairs(cjson.decode(ARGV[1])) do
+  local value = redis.pcall('GET', item[1])
+  if type(value) == 'table' then
+    codes[i] = '!'; errors[#errors + 1] = value.err
+  elseif value == item[2] then
+    local set = redis.pcall('SET', item[1], 'done', 'PX', item[3])
+    if set.err then
+      codes[i] = '!'; errors[#errors + 1] = set.err
+    else
+      codes[i] = '1'
+    end
+  else
+    codes[i] = '0'
+  end
 end
-return 0
+return {table.concat(codes), errors}
 """
-# KEYS[1]: the key; ARGV[1]: 'busy:'..token.
+# Codes: '1' deleted, '0' not held by that token.
 _RELEASE = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('DEL', KEYS[1])
+local codes, errors = {}, {}
+for i, item in ipairs(cjson.decode(ARGV[1])) do
+  local value = redis.pcall('GET', item[1])
+  if type(value) == 'table' then
+    codes[i] = '!'; errors[#errors + 1] = value.err
+  elseif value == item[2] then
+    redis.pcall('DEL', item[1])
+    codes[i] = '1'
+  else
+    codes[i] = '0'
+  end
 end
-return 0
+return {table.concat(codes), errors}
 """
-_FAULTS = (RedisConnectionError, RedisTimeoutError, RedisError, OSError)
-_Pending = tuple[tuple[Any, ...], "asyncio.Future[Any]"]  # a command and its caller
+_SCRIPTS = {"claim": _CLAIM, "done": _MARK_DONE, "release": _RELEASE}
+_FAULTS = (RedisConnectionError, RedisTimeoutError, RedisError, OSError, FlushCancelled)
+
+
+@dataclass(frozen=True, slots=True)
+class Op:
+    """One call waiting for the next pipeline: ``kind`` (claim, done, release) of
+    ``name`` (the Redis key) by ``value`` (``busy:<token>``); ``ms`` is a claim's lease."""
+
+    kind: str
+    name: str
+    value: str
+    ms: int = 0
+
+
+def plan(ops: Sequence[Op], retention_ms: int) -> list[tuple[str, list[int], list[Any]]]:
+    """The script calls of one pipeline (pure): per kind present, in the order of
+    ``_SCRIPTS``, the ``EVAL`` arguments and the positions in ``ops`` it answers."""
+    calls: list[tuple[str, list[int], list[Any]]] = []
+    keep = str(retention_ms)
+    for kind, script in _SCRIPTS.items():
+        at = [i for i, op in enumerate(ops) if op.kind == kind]
+        if not at:
+            continue
+        items = [
+            (ops[i].name, ops[i].value, str(ops[i].ms) if kind == "claim" else keep) for i in at
+        ]
+        calls.append((kind, at, ["EVAL", script, 0, orjson.dumps(items)]))
+    return calls
+
+
+_STATUS = {"n": NEW, "m": NEW, "d": DONE, "b": BUSY}
+
+
+def answers(kind: str, reply: Any) -> list[Status | bool | Exception]:
+    """What one script's reply means for each of its calls, in order (pure): a claim's
+    status (its own token found, after its pipeline was sent again, is NEW), whether a
+    done mark or release found the lease held, or the error of that key alone."""
+    raw, messages = reply
+    codes = raw.decode() if isinstance(raw, bytes) else str(raw)
+    errors = iter(messages)
+    out: list[Status | bool | Exception] = []
+    for code in codes:
+        if code == "!":
+            message = next(errors)
+            out.append(ResponseError(message.decode() if isinstance(message, bytes) else message))
+        elif kind == "claim":
+            out.append(_STATUS[code])
+        else:
+            out.append(code == "1")
+    return out
 
 
 class RedisStore:
     """Remembers handled keys in Redis at ``url`` under ``key_prefix``.
 
     ``retention`` (seconds, default 7 days) is how long a done key is remembered.
-    Commands are pipelined (see the module docstring): ``pool_size`` (default 1) is how
-    many pipelines may be in flight at once, each on its own connection; ``timeout``
+    Calls are group-committed (see the module docstring): ``pool_size`` (default 1) is
+    how many pipelines may be in flight at once, each on its own connection; ``timeout``
     bounds connecting, each pipeline's round trip and the wait for a free connection.
     ``client`` shares an existing ``redis.asyncio.Redis`` instead of opening one.
     """
@@ -94,12 +210,7 @@ class RedisStore:
         self.pool_size = pool_size
         self._client = client
         self._owns_client = client is None
-        # The commands for the next pipeline, and the pipelines in flight (pool_size at
-        # most: sender tasks, and callers sending their own command), on ``_loop``.
-        self._pending: list[_Pending] = []
-        self._in_flight: set[asyncio.Future[None]] = set()
-        self._starting = False  # a sender has yet to take the pending commands
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self._ops: Batcher[Op, Status | bool] = Batcher(self._send, max_in_flight=pool_size)
 
     def __repr__(self) -> str:
         return f"RedisStore({redact_url(self.url)!r}, key_prefix={self.key_prefix!r})"
@@ -126,121 +237,47 @@ class RedisStore:
             raise StoreUnavailable(f"{self!r}: {exc}") from exc
 
     async def close(self) -> None:
-        """Send the commands already issued and wait for their answers, then close the
+        """Send the calls already issued and wait for their answers, then close the
         client if the store opened it."""
-        if self._loop is not asyncio.get_running_loop():  # nothing pending on this loop
-            self._reset(None)
-        while self._pending or self._in_flight:
-            if not self._in_flight:
-                self._start_sender()
-            await asyncio.wait(set(self._in_flight))
+        await self._ops.drain()
         client, self._client = self._client, None
         if client is not None and self._owns_client:
             await client.aclose(close_connection_pool=True)
 
-    def _reset(self, loop: asyncio.AbstractEventLoop | None) -> None:
-        self._loop, self._pending, self._in_flight, self._starting = loop, [], set(), False
-
-    async def _call(self, *args: Any) -> Any:
-        """Run one command in the next pipeline; its answer, or its error raised."""
-        loop = asyncio.get_running_loop()
-        if loop is not self._loop:  # first use, or the last loop ended without close()
-            self._reset(loop)
-        future: asyncio.Future[Any] = loop.create_future()
-        if not self._pending and not self._starting and len(self._in_flight) < self.pool_size:
-            # Nothing waits: send it now, from the caller's task. The commands issued
-            # meanwhile wait for it, and then go together.
-            slot: asyncio.Future[None] = loop.create_future()
-            self._in_flight.add(slot)
-            try:
-                await self._send([(args, future)])
-            except BaseException:
-                if future.done():
-                    future.exception()  # retrieved: the caller gets the cancellation
-                raise
-            finally:
-                slot.set_result(None)
-                self._sender_done(slot)
-            return future.result()
-        self._pending.append((args, future))
-        if not self._starting and len(self._in_flight) < self.pool_size:
-            self._start_sender()
-        return await future
-
-    def _start_sender(self) -> None:
-        # The task's first step runs after the callbacks already due: the commands that
-        # they issue go along in its first pipeline.
-        self._starting = True
-        task = asyncio.get_running_loop().create_task(self._sender())
-        self._in_flight.add(task)
-        task.add_done_callback(self._sender_done)
-
-    def _sender_done(self, done: asyncio.Future[None]) -> None:
-        self._in_flight.discard(done)
-        if self._pending and not self._starting and len(self._in_flight) < self.pool_size:
-            self._start_sender()  # issued after the task's last look
-
-    async def _sender(self) -> None:
-        """Send the pending commands (of callers not cancelled meanwhile) as a pipeline,
-        and again with those issued meanwhile, until there are none."""
-        self._starting = False
-        while self._pending:
-            batch = [p for p in self._pending if not p[1].done()]
-            self._pending = []
-            if batch:
-                await self._send(batch)
-
-    async def _send(self, batch: list[_Pending]) -> None:
-        """One round trip for ``batch``: each caller gets its command's answer or error;
-        an error of the whole pipeline is every caller's error."""
-        try:
-            pipe = self._redis().pipeline(transaction=False)
-            for args, _ in batch:
-                pipe.execute_command(*args)
-            results = await pipe.execute(raise_on_error=False)
-        except BaseException as exc:
-            error = exc if isinstance(exc, Exception) else RedisConnectionError(repr(exc))
-            for _, future in batch:
-                if not future.done():
-                    future.set_exception(error)
-            if error is not exc:  # cancelled: say so once the callers know
-                raise
-            return
-        for (_, future), result in zip(batch, results, strict=True):
-            if future.done():  # its caller was cancelled
-                continue
-            if isinstance(result, Exception):  # this command's error (a ResponseError)
-                future.set_exception(result)
-            else:
-                future.set_result(result)
+    async def _send(self, ops: list[Op]) -> list[Status | bool | Exception]:
+        """One pipeline for ``ops``: one script call per kind, one answer per call."""
+        calls = plan(ops, _ms(self.retention))
+        pipe = self._redis().pipeline(transaction=False)
+        for _, _, args in calls:
+            pipe.execute_command(*args)
+        replies = await pipe.execute(raise_on_error=False)
+        out: list[Status | bool | Exception] = [RuntimeError("unanswered")] * len(ops)
+        for (kind, at, _), reply in zip(calls, replies, strict=True):
+            # A script that failed as a whole (an error reply) fails each of its calls.
+            parts = [reply] * len(at) if isinstance(reply, Exception) else answers(kind, reply)
+            for i, part in zip(at, parts, strict=True):
+                out[i] = part
+        return out
 
     async def claim(self, key: str, *, lease: float) -> Claim:
         """``SET NX PX``: NEW if taken, else DONE or BUSY by what the key holds."""
         claim = Claim(key, NEW)
-        name = self.key_prefix + key
-        mine = b"busy:" + claim.token.encode()
+        op = Op("claim", self.key_prefix + key, "busy:" + claim.token, _ms(lease))
         try:
-            if not await self._call("SET", name, mine, "PX", _ms(lease), "NX"):
-                value = await self._call("GET", name)
-                if value in _DONE:
-                    claim.status = DONE
-                elif value not in (mine, mine.decode()):
-                    # Our own token: the SET was applied, then redis-py retried it after a
-                    # connection error. Gone (released, expired): busy, tried again later.
-                    claim.status = BUSY
+            status = await self._ops.submit(op)
         except _FAULTS as exc:
             raise StoreUnavailable(f"{self!r}: claim failed: {exc}") from exc
+        assert isinstance(status, Status)
+        claim.status = status
         return claim
 
     async def done(self, claim: Claim) -> bool:
         """Mark the key done for ``retention``; False if the lease was lost meanwhile."""
         if claim.settled:
             return True
-        name = self.key_prefix + claim.key
+        op = Op("done", self.key_prefix + claim.key, "busy:" + claim.token)
         try:
-            ok = await self._call(
-                "EVAL", _MARK_DONE, 1, name, "busy:" + claim.token, _ms(self.retention)
-            )
+            ok = await self._ops.submit(op)
         except _FAULTS as exc:
             raise StoreUnavailable(f"{self!r}: marking done failed: {exc}") from exc
         claim.settled = True
@@ -250,9 +287,9 @@ class RedisStore:
         """Delete the lease so that a retry can run (no-op if already settled)."""
         if claim.settled:
             return
-        name = self.key_prefix + claim.key
+        op = Op("release", self.key_prefix + claim.key, "busy:" + claim.token)
         try:
-            await self._call("EVAL", _RELEASE, 1, name, "busy:" + claim.token)
+            await self._ops.submit(op)
         except _FAULTS as exc:
             raise StoreUnavailable(f"{self!r}: release failed: {exc}") from exc
         claim.settled = True

@@ -72,6 +72,57 @@ class KeysSql:
             " WHERE key = %(key)s AND NOT EXISTS (SELECT 1 FROM taken)"
         ).format(t=t)
 
+    def claim_many(self) -> sql.Composed:
+        # The claims of one batch in one statement (group commit): %(batch)s is a JSON
+        # array of {key, token, lease}, the keys distinct (one parameter: psycopg dumps
+        # arrays element by element in Python, several times slower). Each key is taken if absent or
+        # expired, as by claim(); rows are inserted and locked in key order, so that two
+        # workers' batches never wait on each other in a cycle. Answers (key, state,
+        # token) in any order: 'new', else the state and token found (none: committed
+        # after the snapshot, busy). Sent again after a cut, it finds its own tokens.
+        t = sql.Identifier(self.table)
+        return sql.SQL(
+            "WITH input AS (SELECT * FROM json_to_recordset(%(batch)s::json)"
+            "  AS i(key text, token text, lease float8)),"
+            " taken AS ("
+            " INSERT INTO {t} AS k (key, state, token, expires_at)"
+            " SELECT key, 'busy', token, now() + make_interval(secs => lease)"
+            "  FROM input ORDER BY key"
+            " ON CONFLICT (key) DO UPDATE SET state = 'busy', token = excluded.token,"
+            "  expires_at = excluded.expires_at WHERE k.expires_at < now()"
+            " RETURNING k.key)"
+            " SELECT i.key, CASE WHEN taken.key IS NOT NULL THEN 'new' ELSE k.state END,"
+            " k.token"
+            " FROM input i LEFT JOIN taken ON taken.key = i.key"
+            " LEFT JOIN {t} k ON k.key = i.key"
+        ).format(t=t)
+
+    def _held(self, states: str) -> sql.Composed:
+        # The rows of a batch's {key, token} (%(batch)s, JSON) still held by those tokens in one of
+        # ``states``, locked in key order (see claim_many).
+        return sql.SQL(
+            "(SELECT t.key FROM {t} t"
+            " JOIN json_to_recordset(%(batch)s::json) AS i(key text, token text)"
+            "  ON t.key = i.key AND t.token = i.token"
+            " WHERE t.state IN ({states}) ORDER BY t.key FOR UPDATE OF t) AS held"
+        ).format(t=sql.Identifier(self.table), states=sql.SQL(states))
+
+    def done_many(self) -> sql.Composed:
+        # The done marks of one batch in one statement: the tokens whose lease was held.
+        # A row already done by the same token (this statement sent again after a cut)
+        # counts as held: only that token's claim can have marked it.
+        return sql.SQL(
+            "UPDATE {t} AS k SET state = 'done',"
+            " expires_at = now() + make_interval(secs => %(keep)s)"
+            " FROM {held} WHERE k.key = held.key RETURNING k.token"
+        ).format(t=sql.Identifier(self.table), held=self._held("'busy', 'done'"))
+
+    def release_many(self) -> sql.Composed:
+        # The releases of one batch in one statement: leases only, never a done key.
+        return sql.SQL("DELETE FROM {t} AS k USING {held} WHERE k.key = held.key").format(
+            t=sql.Identifier(self.table), held=self._held("'busy'")
+        )
+
     def done(self) -> sql.Composed:
         return sql.SQL(
             "UPDATE {} SET state = 'done', expires_at = now() + make_interval(secs => %(keep)s)"

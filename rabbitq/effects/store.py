@@ -20,7 +20,7 @@ counts a failed attempt, it never skips the check.
 from __future__ import annotations
 
 import enum
-import uuid
+import secrets
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
@@ -68,7 +68,7 @@ class Claim:
 
     key: str
     status: Status
-    token: str = field(default_factory=lambda: uuid.uuid4().hex)
+    token: str = field(default_factory=lambda: secrets.token_hex(16))  # 128 random bits
     settled: bool = False
 
 

@@ -164,7 +164,8 @@ class OnceRun:
         finally:
             await client.aclose()
 
-    def spawn(self) -> subprocess.Popen[bytes]:
+    def spawn(self, **env: str) -> subprocess.Popen[bytes]:
+        """A worker process; ``env`` adds to its environment (e.g. ONCE_KILL_AT)."""
         proc = subprocess.Popen(
             [
                 sys.executable,
@@ -178,7 +179,7 @@ class OnceRun:
                 "5",
             ],
             cwd=ROOT,
-            env=self.env,
+            env={**self.env, **env},
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )

@@ -7,7 +7,11 @@ store, like a payment gateway call). Each handled ``Pay`` writes one row into
 ``<prefix>effects`` and publishes one ``Paid`` follow-up (``outbox``: through the outbox,
 in the transaction). ``fail_first``: the first attempt of each key writes its row and
 publishes its follow-up, then fails. ``slow``: each run sleeps up to that long, so that
-kills land in the middle of handlers.
+kills land in the middle of handlers. ``kill_at`` (``"claim:N"``, ``"done:N"`` or
+``"release:N"``): the worker SIGKILLs itself right after the N-th statement of that kind
+with two or more keys committed, before any caller learns of it (a group commit half
+done: the store has it, the broker and the handlers do not); the keys of that batch are
+appended to ``kill_log`` first.
 """
 
 from __future__ import annotations
@@ -15,6 +19,8 @@ from __future__ import annotations
 import asyncio
 import os
 import random
+import signal
+from typing import Any
 
 import psycopg
 
@@ -34,6 +40,49 @@ class Paid(Message, type="once.paid"):
     key: str
 
 
+class KillingPostgresStore(PostgresStore):
+    """A PostgresStore that kills its process right after its N-th batch of one kind
+    committed (see the module docstring)."""
+
+    def __init__(self, *args: Any, kill_at: str, kill_log: str, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        kind, _, nth = kill_at.partition(":")
+        self.kill_kind, self.kill_nth, self.kill_log = kind, int(nth), kill_log
+        self.effects = self.sql.table.removesuffix("idempotency") + "effects"
+        self.batches = 0
+
+    async def _after(self, kind: str, keys: list[str]) -> None:
+        if kind != self.kill_kind or len(keys) < 2:
+            return
+        self.batches += 1
+        if self.batches == self.kill_nth:
+            # The last effect row written before the kill: the keys of this batch must
+            # have none after it (a committed done mark is never undone by a kill).
+            async with await psycopg.AsyncConnection.connect(PG, autocommit=True) as conn:
+                cur = await conn.execute(f"SELECT coalesce(max(id), 0) FROM {self.effects}")
+                row = await cur.fetchone()
+            with open(self.kill_log, "a") as log:
+                log.write(f"{kind} {row[0] if row else 0} {' '.join(keys)}\n")
+                log.flush()
+                os.fsync(log.fileno())
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    async def _claim_batch(self, batch: Any) -> Any:
+        answers = await super()._claim_batch(batch)
+        await self._after("claim", [c.key for c, _ in batch])
+        return answers
+
+    async def _done_batch(self, batch: Any) -> Any:
+        answers = await super()._done_batch(batch)
+        await self._after("done", [c.key for c in batch])
+        return answers
+
+    async def _release_batch(self, batch: Any) -> Any:
+        answers = await super()._release_batch(batch)
+        await self._after("release", [c.key for c in batch])
+        return answers
+
+
 def build_app(
     *,
     queue: str,
@@ -45,10 +94,16 @@ def build_app(
     fail_first: bool = False,
     slow: float = 0.03,
     prefetch: int = 16,
+    kill_at: str = "",
+    kill_log: str = "",
 ) -> App:
     store: PostgresStore | RedisStore = (
         RedisStore(REDIS, key_prefix=prefix.replace("_", ":"))
         if mode == "redis"
+        else KillingPostgresStore(
+            PG, prefix=prefix, pool_size=20, kill_at=kill_at, kill_log=kill_log
+        )
+        if kill_at
         else PostgresStore(PG, prefix=prefix, pool_size=20)
     )
     app = App(
@@ -105,4 +160,6 @@ app = build_app(
     fail_first=os.environ.get("ONCE_FAIL_FIRST") == "1",
     slow=float(os.environ.get("ONCE_SLOW", "0.03")),
     prefetch=int(os.environ.get("ONCE_PREFETCH", "16")),
+    kill_at=os.environ.get("ONCE_KILL_AT", ""),
+    kill_log=os.environ.get("ONCE_KILL_LOG", ""),
 )
