@@ -8,9 +8,10 @@ import asyncio
 import pytest
 
 from rabbitq import App, Breaker, ConfigurationError, Message
-from rabbitq.breaker import CLOSED, HALF_OPEN, OPEN, BreakerGuard, Circuit, combined, verdict
+from rabbitq.breaker import CLOSED, HALF_OPEN, OPEN, Circuit, combined, verdict
 from rabbitq.hooks import Hooks
 from rabbitq.retry import DeadLetter, Retry
+from rabbitq.worker.breaker_guard import BreakerGuard
 from rabbitq.worker.dispatch import ACK
 
 CONFIG = Breaker(
@@ -173,20 +174,31 @@ class States(Hooks):
         self.states.append(state)
 
 
+class Paused:
+    """Records what the guard asks of the consumer (rabbitq.worker.consumer.Consumer)."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+        self.why: dict[str, str] = {}
+
+    def pause(self, reason: str, why: str) -> None:
+        self.calls.append("pause")
+        self.why[reason] = why
+
+    def resume(self, reason: str) -> None:
+        self.calls.append("resume")
+        self.why.pop(reason, None)
+
+    @property
+    def stopping(self) -> bool:
+        return False
+
+
 async def make_guard(config: Breaker = CONFIG):
-    calls: list[str] = []
-
-    async def pause() -> None:
-        calls.append("pause")
-
-    async def resume() -> None:
-        calls.append("resume")
-
-    clock, hooks = Clock(), States()
-    guard = BreakerGuard(
-        "q", {"mail": config}, pause=pause, resume=resume, hooks=hooks, clock=clock
-    )
-    return guard, calls, clock, hooks
+    consumer, clock, hooks = Paused(), Clock(), States()
+    guard = BreakerGuard("q", {"mail": config}, consumer=consumer, hooks=hooks, clock=clock)
+    hooks.consumer = consumer
+    return guard, consumer.calls, clock, hooks
 
 
 async def settle() -> None:
@@ -201,6 +213,7 @@ async def test_the_guard_pauses_the_consumer_when_a_circuit_opens_and_refuses_st
         guard.record("mail", Retry(1000, 2))
     await settle()
     assert calls == ["pause"] and hooks.states == [OPEN]
+    assert hooks.consumer.why == {"breaker_open": "circuit breaker open for mail"}
     assert await guard.admit("mail") is False  # delivered before the cancel: requeue it
     assert await guard.admit("other") is True  # a type without a breaker runs
     guard.close()
@@ -263,35 +276,3 @@ async def test_closing_the_guard_releases_deliveries_waiting_for_a_verdict():
     await settle()
     guard.close()
     assert await waiting is False
-
-
-async def test_a_resume_that_fails_is_tried_again():
-    attempts: list[str] = []
-
-    async def resume() -> None:
-        attempts.append("resume")
-        if len(attempts) == 1:
-            raise ConnectionError("connection lost")
-
-    async def pause() -> None:
-        pass
-
-    clock = Clock()
-    guard = BreakerGuard(
-        "q",
-        {"mail": Breaker(min_calls=1, window=1, cooldown=0.01)},
-        pause=pause,
-        resume=resume,
-        hooks=Hooks(),
-        clock=clock,
-    )
-    guard.RESUME_RETRY = 0.01
-    assert await guard.admit("mail")
-    guard.record("mail", Retry(1000, 2))
-    clock.now += 1
-    for _ in range(100):
-        if len(attempts) >= 2:
-            break
-        await asyncio.sleep(0.01)
-    assert attempts == ["resume", "resume"]
-    guard.close()

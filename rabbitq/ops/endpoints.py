@@ -220,7 +220,7 @@ async def serve_metrics(
     metrics.expect(worker.app)
     heartbeat = Heartbeat(stall_after)
     server = EndpointServer(
-        metrics.registry, live=heartbeat.stalled, ready=metrics.not_ready, port=port, bind=bind
+        metrics.registry, live=heartbeat.stalled, ready=worker.health, port=port, bind=bind
     )
     server.start()
     log.info(

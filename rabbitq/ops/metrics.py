@@ -47,10 +47,6 @@ PUBLISH_ERRORS = ("unroutable", "nacked", "interrupted")  # publisher.error_kind
 _NOT_RUN = frozenset({INVALID, UNKNOWN_TYPE})
 # Circuit breaker states; only "open" holds the queue paused.
 BREAKER_OPEN = "open"
-# Why a worker is not ready (the body of a 503 from /readyz).
-STARTING = "starting: not consuming yet"
-NOT_CONNECTED = "not connected to RabbitMQ"
-NOT_CONSUMING = "not consuming (stopped or draining)"
 
 
 def _version() -> str:
@@ -66,7 +62,7 @@ class Metrics(Hooks):
     ``registry`` defaults to a new :class:`~prometheus_client.CollectorRegistry`
     of its own, never the global one. Pass it as ``Worker(app, hooks=metrics)`` and
     ``app.publisher(hooks=metrics)``; serve it with :func:`rabbitq.serve_metrics`.
-    It also answers readiness (:meth:`not_ready`): connected and consuming.
+    Readiness is the worker's own (:meth:`rabbitq.Worker.health`), not rebuilt here.
     """
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
@@ -230,10 +226,6 @@ class Metrics(Hooks):
         self.info.labels(_version()).set(1)
         self.connection_up.set(0)
         self.blocked_gauge.set(0)
-        self._blocked: str | None = None
-        self._held: dict[str, str] = {}
-        # Readiness; replaced, never mutated, so another thread can read it safely.
-        self._connected = False
         self._consuming_queues: dict[str, bool] = {}
         self._lost = False  # the connection went down while consuming
         self._types: set[str] = set()  # type labels the worker has vouched for
@@ -281,25 +273,6 @@ class Metrics(Hooks):
         self.abandoned_gauge.labels(queue)
         for reason in REDECLARE_REASONS:
             self.redeclared_total.labels(queue, reason)
-
-    # -- readiness ----------------------------------------------------------------
-
-    def not_ready(self) -> str | None:
-        """Why the worker is not ready (one short line), or None when it is connected
-        and consuming every queue it started. Safe to call from any thread."""
-        queues = self._consuming_queues
-        if not queues:
-            return STARTING
-        if not self._connected:
-            return NOT_CONNECTED
-        if self._blocked:
-            return self._blocked
-        held = self._held
-        if held:
-            return "; ".join(f"holding messages of {q}: {why}" for q, why in held.items())
-        if not all(queues.values()):
-            return NOT_CONSUMING
-        return None
 
     # -- hooks ----------------------------------------------------------------------
 
@@ -379,7 +352,6 @@ class Metrics(Hooks):
             self._lost = False
         elif not up and any(self._consuming_queues.values()):
             self._lost = True  # a loss, not the worker closing after it stopped consuming
-        self._connected = up
         self.connection_up.set(1 if up else 0)
 
     def consuming_changed(self, queue: str, consuming: bool) -> None:
@@ -393,12 +365,9 @@ class Metrics(Hooks):
         self.circuit_open.labels(queue).set(1 if state == BREAKER_OPEN else 0)
 
     def connection_blocked(self, reason: str | None) -> None:
-        self._blocked = reason
         self.blocked_gauge.set(1 if reason else 0)
 
     def copies_held(self, queue: str, held: int, reason: str | None) -> None:
-        rest = {q: why for q, why in self._held.items() if q != queue}
-        self._held = {**rest, queue: reason} if held and reason else rest
         self.held_gauge.labels(queue).set(held)
 
     def topology_redeclared(self, queue: str, reason: str) -> None:

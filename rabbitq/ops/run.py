@@ -134,7 +134,7 @@ async def _serve(
         await worker.run(install_signal_handlers=True)
         return
     tasks = [
-        asyncio.create_task(_pulse(worker, metrics, child.report, child.supervisor_pid)),
+        asyncio.create_task(_pulse(worker, child.report, child.supervisor_pid)),
         asyncio.create_task(
             sample_queues(
                 metrics,
@@ -154,13 +154,12 @@ async def _serve(
 
 async def _pulse(
     worker: Worker,
-    metrics: Metrics,
     report: Callable[[float, int], None],
     supervisor_pid: int,
 ) -> None:
     """Report a heartbeat and readiness; drain if the supervisor is gone."""
     while True:
-        report(time.monotonic(), state_code(metrics.not_ready()))
+        report(time.monotonic(), state_code(worker.health()))
         if os.getppid() != supervisor_pid:
             logging.getLogger("rabbitq.supervisor").warning("the supervisor is gone: draining")
             worker.stop()

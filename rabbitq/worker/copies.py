@@ -44,6 +44,7 @@ from ..errors import PublishInterrupted, PublishNacked, Unroutable
 from ..hooks import UNROUTABLE_COPY, Hooks
 from ..retry import DeadLetter, Retry
 from ..topology import Topology
+from .consumer import COPIES_HELD, Pausable
 from .delivery import Incoming
 from .dispatch import Outcome
 
@@ -67,9 +68,9 @@ class CopyStore:
     """Sends one app's copies and holds those the broker does not take yet.
 
     ``channel()`` is the confirming channel to publish on; ``redeclare(reason)`` declares
-    the app's topology again; ``pause()``/``resume()`` stop and restart the consumer;
-    ``stopping()`` tells when the worker shuts down (a held copy then gives up, and its
-    original goes back to the queue).
+    the app's topology again; ``consumer`` is paused while any copy is held, and tells
+    when the worker stops (a held copy then gives up, and its original goes back to the
+    queue).
     """
 
     def __init__(
@@ -79,9 +80,7 @@ class CopyStore:
         *,
         channel: Callable[[], AbstractChannel | None],
         redeclare: Callable[[str], Awaitable[None]],
-        pause: Callable[[], Awaitable[None]],
-        resume: Callable[[], None],
-        stopping: Callable[[], bool],
+        consumer: Pausable,
         renew: Callable[[], Awaitable[None]],
         hooks: Hooks,
         deadline: float = COPY_DEADLINE,
@@ -90,9 +89,7 @@ class CopyStore:
         self.own_queues = frozenset(own_queues)
         self._channel = channel
         self._redeclare = redeclare
-        self._pause = pause
-        self._resume = resume
-        self._stopping = stopping
+        self._consumer = consumer
         self._renew = renew
         self._hooks = hooks
         self.deadline = deadline
@@ -127,21 +124,21 @@ class CopyStore:
                         f"no confirm for the copy to {target} within {self.deadline:g}s "
                         "(is the broker blocking publishers?)"
                     )
-                if self._stopping():
+                if self._consumer.stopping:
                     raise PublishInterrupted(f"stopping while the copy was held: {reason}")
                 if not holding:
                     holding = True
-                    await self._hold(+1, reason)
+                    self._hold(+1, reason)
                 redeclared = False
                 await asyncio.sleep(next(waits))
                 await self._renew()
-                if self._stopping():
+                if self._consumer.stopping:
                     raise PublishInterrupted(f"stopping while the copy was held: {reason}")
         finally:
             if holding:
-                await self._hold(-1, None)
+                self._hold(-1, None)
 
-    async def _hold(self, change: int, reason: str | None) -> None:
+    def _hold(self, change: int, reason: str | None) -> None:
         self.held += change
         if change > 0:
             self.reason = reason
@@ -151,13 +148,12 @@ class CopyStore:
                 reason,
             )
         self._hooks.copies_held(self.queue, self.held, self.reason if self.held else None)
-        if change > 0 and self.held == 1:
-            await self._pause()
-            self._hooks.consuming_changed(self.queue, False)
-        elif self.held == 0:
+        if self.held:
+            self._consumer.pause(COPIES_HELD, f"holding messages of {self.queue}: {self.reason}")
+        else:
             self.reason = None
             log.warning("no message of %r held any more: consuming again", self.queue)
-            self._resume()  # reports consuming_changed once it consumes
+            self._consumer.resume(COPIES_HELD)
 
 
 def copy_of(

@@ -369,11 +369,12 @@ async def dlq_policy(
         )  # fmt: skip
         try:
             await asyncio.sleep(1.0)  # the policy reaches the queue
-            async with running(Worker(run.app, grace_period=5, hooks=[counts, metrics])):
+            worker = Worker(run.app, grace_period=5, hooks=[counts, metrics])
+            async with running(worker):
                 await publish_with(run, messages)
                 await asyncio.sleep(5)
                 full = await queue_depth(run.connection, dlq)
-                why = metrics.not_ready()
+                why = worker.health()
                 await asyncio.to_thread(node.ctl, "clear_operator_policy", policy)
                 await run.collect()
                 await run.settle(timeout=settle)
