@@ -35,7 +35,8 @@ from .codec import encode
 from .effects.followups import FollowUp
 from .message import Message
 from .retry import DeadLetter, Retry
-from .worker.dispatch import Ack, process
+from .worker.dispatch import process
+from .worker.outcome import Ack
 
 __all__ = ["FakeDelivery", "Result", "deliver", "deliver_sync"]
 

@@ -12,7 +12,7 @@ from rabbitq.breaker import CLOSED, HALF_OPEN, OPEN, Circuit, combined, verdict
 from rabbitq.hooks import Hooks
 from rabbitq.retry import DeadLetter, Retry
 from rabbitq.worker.breaker_guard import BreakerGuard
-from rabbitq.worker.dispatch import ACK
+from rabbitq.worker.outcome import ACK
 
 CONFIG = Breaker(
     failure_ratio=0.5, window=10, window_seconds=60, min_calls=4, cooldown=30, probes=2

@@ -212,8 +212,9 @@ class Consumer:
         """Stop consuming for good: cancel the consumer and wait for the broker's answer
         (at most :data:`CLOSE_TIMEOUT`). Deliveries sent meanwhile still arrive."""
         self._reasons = {**self._reasons, STOPPING: NOT_CONSUMING}
-        if self._reconciling is not None:
-            self._reconciling.cancel()
+        if self._reconciling is not None and not self._reconciling.done():
+            self._reconciling.cancel()  # a consume half-way is cancelled below
+            await asyncio.gather(self._reconciling, return_exceptions=True)
         await self._cancel()
         self._changed(reconcile=False)
 
@@ -230,14 +231,16 @@ class Consumer:
 
     async def _cancel(self) -> None:
         channel, tag = self._consuming_on, self._tag
-        self._tag = None
         if channel is None or tag is None or channel.is_closed:
-            return  # a closed channel's consumer is gone already
+            self._tag = None  # a closed channel's consumer is gone already
+            return
         try:
             async with asyncio.timeout(0.5 if self.blocked else CLOSE_TIMEOUT):
                 await channel.basic_cancel(tag)
         except Exception as exc:  # the connection may already be gone; closing requeues all
             log.warning("could not cancel the consumer cleanly: %s", exc)
+        if self._tag == tag:  # (not when interrupted: stop() cancels it again)
+            self._tag = None
 
     def _on_reopened(self, _sender: object) -> None:
         # aio-pika reopened the channel (and declared the topology again): consume on it.

@@ -46,7 +46,7 @@ from ..retry import DeadLetter, Retry
 from ..topology import Topology
 from .consumer import COPIES_HELD, Pausable
 from .delivery import Incoming
-from .dispatch import Outcome
+from .outcome import Outcome
 
 log = logging.getLogger("rabbitq.worker")
 

@@ -26,35 +26,35 @@ import aiormq.abc
 from aio_pika.abc import AbstractRobustConnection
 
 from .. import brokers, orphans
-from ..amqp import properties
 from ..amqp.blocked import BlockedWatch
 from ..amqp.connection import connect
 from ..app import App
 from ..effects.followups import FollowUp
 from ..effects.sender import send_follow_ups
-from ..errors import ConfigurationError, HandlerNotStarted, PublishError
+from ..effects.store import close_stores
+from ..errors import ConfigurationError, HandlerNotStarted
 from ..hooks import UNKNOWN, Hooks, combine
-from ..retry import DeadLetter, Retry
 from ..settings import TLS, Settings, redact_url
 from ..topology import Topology, declare
-from ..tracing.base import NO_DELIVERY, DeliverySpan
-from . import dispatch, limits, outcome_log
+from ..tracing.base import NO_DELIVERY
+from . import limits
 from .acks import Acker
 from .admission import Admission
 from .breaker_guard import BreakerGuard
 from .consumer import BROKER_BLOCKED, CLOSE_TIMEOUT, NOT_CONSUMING, STOPPING, Consumer
-from .copies import CopyStore, copy_of, report_copied
+from .copies import CopyStore
 from .delivery import Incoming
-from .dispatch import Outcome, limit_failure, process, resolve_type, trace_delivery
+from .dispatch import attempt_of, process, resolve_type
 from .handler_pool import HandlerPool, report_abandoned, report_returned
 from .keeper import Keeper
+from .outcome import failed
+from .settle import REQUEUE_BACKOFF, Settler
+from .spans import trace_delivery
 from .stopping import unless_stopped
 
 log = logging.getLogger("rabbitq.worker")
 
 DEFAULT_GRACE_PERIOD = 30.0
-# After a copy failed (connection lost), wait this long before returning the message.
-REQUEUE_BACKOFF = 1.0
 
 
 class Worker:
@@ -117,6 +117,7 @@ class Worker:
             renew=self.keeper.renew_copy_channel,
             hooks=self.hooks,
         )
+        self._settler = Settler(self._queue_name, self.topology, self._copies, self.hooks)
         self._blocked = BlockedWatch(self._on_blocked)
         self._watching: asyncio.Task[None] | None = None
         self._connection: AbstractRobustConnection | None = None
@@ -246,7 +247,8 @@ class Worker:
         await self._close_connection()
         self._executor.shutdown()
         await self.admission.close()
-        await dispatch.close_stores(self._handlers)  # after the handlers; reopened on next use
+        # after the handlers; a store opens again on its next use
+        await close_stores(h.idempotency for h in self._handlers.values())
         if connected:  # a worker that never connected just reports the error
             log.info("worker for %r stopped", self._queue_name)
 
@@ -301,7 +303,7 @@ class Worker:
         acker = self._acker_for(delivery)
         if self.consumer.stopping:
             # Arrived between basic.cancel and its confirmation: give it back.
-            await self._nack(delivery, resolve_type(delivery, self._queue_name), acker)
+            await self._settler.nack(delivery, resolve_type(delivery, self._queue_name), acker)
             return
         # The handler runs in a task of our own, not in aiormq's delivery task: aiormq
         # cancels its tasks when the channel closes, and a lost connection must not
@@ -316,22 +318,23 @@ class Worker:
         task = asyncio.current_task()
         assert task is not None
         type_name = resolve_type(delivery, self._queue_name)
+        attempt = attempt_of(delivery)
         self.hooks.received(self._queue_name, type_name if type_name in self._handlers else UNKNOWN)
         span = NO_DELIVERY
         if self.tracing.enabled:
-            span = trace_delivery(self.tracing, delivery, self._queue_name, type_name)
+            span = trace_delivery(self.tracing, delivery, self._queue_name, type_name, attempt)
         if self.admission:
             try:
                 await self.admission.enter(type_name)
             except asyncio.CancelledError:  # shutdown while waiting for its turn
                 self._handling.discard(task)
-                await self._nack(delivery, type_name, acker)
+                await self._settler.nack(delivery, type_name, acker)
                 span.end("requeued")
                 raise
             except Exception as exc:  # a shared limiter is down: a failed attempt
                 self._handling.discard(task)
-                outcome = limit_failure(self._handlers, delivery, type_name, exc)
-                await self._settle_safely(delivery, outcome, type_name, acker, span)
+                outcome = failed(self._handlers[type_name].retry, type_name, attempt, exc)
+                await self._settler.settle(delivery, outcome, type_name, acker, span)
                 return
         self.hooks.handler_started(self._queue_name)
         try:
@@ -341,7 +344,9 @@ class Worker:
                     delivery.message_id or "(no message_id)",
                 )
             if self.breakers is not None and not await self.breakers.admit(type_name):
-                await self._nack(delivery, type_name, acker)  # circuit open: back, no attempt used
+                await self._settler.nack(
+                    delivery, type_name, acker
+                )  # circuit open: back, no attempt used
                 span.end("requeued")
                 return
             with span.activate():
@@ -351,94 +356,29 @@ class Worker:
                     delivery,
                     self._executor,
                     type_name,
+                    attempt=attempt,
                     send=self._send_follow_ups,
                     outbox=self.app.outbox,
                 )
             if self.breakers is not None and not outcome.busy:
                 self.breakers.record(type_name, outcome.decision)
         except asyncio.CancelledError:  # shutdown after the grace period
-            await self._nack(delivery, type_name, acker)
+            await self._settler.nack(delivery, type_name, acker)
             span.end("requeued")
             raise
         except HandlerNotStarted as exc:  # no thread, and no retry tier to wait in
             log.warning("message %s not run: %s", delivery.message_id or "-", exc)
             await asyncio.sleep(REQUEUE_BACKOFF)
-            await self._nack(delivery, type_name, acker)
+            await self._settler.nack(delivery, type_name, acker)
             return
         finally:
             self._handling.discard(task)
             self.hooks.handler_finished(self._queue_name)
             if self.admission:
                 self.admission.leave(type_name)
-        await self._settle_safely(delivery, outcome, type_name, acker, span)
-
-    async def _settle_safely(
-        self, delivery: Incoming, outcome: Outcome, type_name: str, acker: Acker, span: DeliverySpan
-    ) -> None:
-        try:
-            await self._settle(delivery, outcome, type_name, acker, span)
-        except Exception:  # a bug must not leave a delivery unsettled until the channel dies
-            log.exception("could not settle message %s; returning it", delivery.message_id or "-")
-            await asyncio.sleep(REQUEUE_BACKOFF)
-            await self._nack(delivery, type_name, acker)
-            span.end("requeued")
-
-    async def _settle(
-        self, delivery: Incoming, outcome: Outcome, type_name: str, acker: Acker, span: DeliverySpan
-    ) -> None:
-        """Ack, or store a confirmed copy and then ack; ``type_name`` is the resolved type,
-        written to the copy (a retried message comes back with the queue as routing key)."""
-        decision = outcome.decision
-        queue = self._queue_name
-        if not isinstance(decision, Retry | DeadLetter):
-            if outcome.duplicate:
-                outcome_log.duplicate(delivery, outcome)
-                self.hooks.duplicate(queue, outcome.type_name)
-            span.end("success")
-            done = functools.partial(
-                self.hooks.succeeded, queue, outcome.type_name, outcome.duration
-            )
-            acker.ack(delivery.delivery_tag, outcome_log.handled(done, delivery, outcome))
-            return
-        target, headers = copy_of(delivery, outcome, self.topology, queue)
-        if isinstance(decision, Retry):
-            span.retried(decision.label, decision.next_attempt, decision.deferred, outcome.error)
-        else:
-            span.dead_lettered(decision.reason, outcome.error)
-        span.copied(headers)
-        try:
-            await self._copies.store(
-                target, delivery.body, properties.copy(delivery, type_name, headers)
-            )
-        except PublishError as exc:
-            log.error(
-                "could not store message %s in %s (%s); returning it to %r",
-                delivery.message_id or "(no message_id)",
-                target,
-                exc,
-                queue,
-            )
-            await asyncio.sleep(REQUEUE_BACKOFF)
-            await self._nack(delivery, outcome.type_name, acker)
-            span.end("requeued", outcome.error)
-            return
-        span.end("retried" if isinstance(decision, Retry) else "dead_lettered", outcome.error)
-        # If the ack cannot be sent, the copy is stored and the original will be
-        # redelivered: a duplicate, and no hook is called.
-        acker.ack(
-            delivery.delivery_tag,
-            functools.partial(report_copied, self.hooks, queue, delivery, outcome, target),
-        )
+        await self._settler.settle(delivery, outcome, type_name, acker, span)
 
     async def _send_follow_ups(self, follow_ups: Sequence[FollowUp]) -> None:
         """Publish a succeeded handler's follow-ups, confirmed, before its ack."""
         assert (channel := self.keeper.copy_channel) is not None
         await send_follow_ups(channel, self.app.exchange, follow_ups, self.hooks, self.app.tracing)
-
-    async def _nack(self, delivery: Incoming, type_name: str, acker: Acker) -> None:
-        if not await acker.nack(delivery.delivery_tag):
-            log.warning(
-                "could not return message %s: the broker will redeliver it",
-                delivery.message_id or "(no message_id)",
-            )
-        self.hooks.requeued(self._queue_name, type_name)

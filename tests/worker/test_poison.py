@@ -16,7 +16,8 @@ from rabbitq import headers as h
 from rabbitq.retry import _MAX_ATTEMPT, INVALID, REASONS, DeadLetter, Retry, parse_attempt
 from rabbitq.testing import FakeDelivery, deliver
 from rabbitq.worker import dispatch as dispatch_module
-from rabbitq.worker.dispatch import Ack, process
+from rabbitq.worker.dispatch import process
+from rabbitq.worker.outcome import Ack
 
 
 class Order(Message, type="poison.order"):
