@@ -12,8 +12,8 @@ from typing import Any
 from aio_pika.abc import AbstractIncomingMessage, AbstractRobustConnection
 
 from rabbitq import App, Worker
+from rabbitq.amqp.topology import retry_queue_name
 from rabbitq.hooks import Hooks
-from rabbitq.topology import retry_queue_name
 
 REDIS_URL = os.environ.get("RABBITQ_TEST_REDIS", "redis://127.0.0.1:6379/0")
 """The real Redis of the tests (the effects tests and bench/ read the same variable)."""
@@ -148,7 +148,7 @@ async def queue_depth(conn: AbstractRobustConnection, queue: str) -> int:
 async def declare_topology(conn: AbstractRobustConnection, app: App) -> None:
     """Declare ``app``'s exchange, queues and bindings without running a worker, so that
     messages can be published (and left waiting) before a worker starts."""
-    from rabbitq.topology import declare
+    from rabbitq.amqp.topology import declare
 
     channel = await conn.channel()
     await declare(channel, app.topology())

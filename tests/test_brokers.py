@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from rabbitq.brokers import (
+from rabbitq.amqp.brokers import (
     BrokerVersion,
     describe,
     facts_for,
@@ -116,7 +116,7 @@ def test_log_broker_reads_the_version_from_an_aio_pika_connection(caplog):
 
 
 def test_every_x_header_belongs_to_the_broker_and_rabbitqs_own_do_not():
-    from rabbitq.brokers import BROKER_HEADERS, broker_owned
+    from rabbitq.amqp.brokers import BROKER_HEADERS, broker_owned
 
     assert all(broker_owned(h) for h in BROKER_HEADERS)
     assert broker_owned("X-Custom-Thing")

@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from rabbitq import headers as h
+from rabbitq.amqp import headers as h
 
 
 def raise_and_catch(exc: BaseException) -> BaseException:

@@ -21,8 +21,8 @@ from aio_pika.abc import AbstractRobustConnection
 from prometheus_client.parser import text_string_to_metric_families
 
 from ..amqp.connection import connect
+from ..amqp.topology import QueueDepth, queue_depths
 from ..settings import redact_url
-from ..topology import QueueDepth, queue_depths
 from .actions import Jobs, Snapshots
 from .history import History, Sample, counters_by_queue
 from .security import Guard

@@ -7,9 +7,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from .. import headers as h
-from ..cli.dlq_view import body_text, escape, value_text
+from ..amqp import headers as h
 from ..dlq.message import DeadMessage
+from ..dlq.text import body_text, escape, value_text
 from .history import Rates, Sample, rates
 from .targets import Target
 

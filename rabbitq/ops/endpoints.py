@@ -25,7 +25,8 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 
 from ..errors import ConfigurationError
-from .metrics import DEFAULT_SAMPLE_INTERVAL, Metrics, sample_queues
+from .metrics import Metrics
+from .sampler import DEFAULT_SAMPLE_INTERVAL, sample_queues
 
 if TYPE_CHECKING:
     from ..worker.lifecycle import Worker

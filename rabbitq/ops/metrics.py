@@ -1,5 +1,6 @@
 """Prometheus metrics: :class:`Metrics` turns worker and publisher hooks into ``rabbitq_*``
-series on an injected registry, and :func:`sample_queues` keeps queue depths current.
+series on an injected registry (:func:`rabbitq.ops.sampler.sample_queues` keeps its
+queue depths current).
 
 Labels are bounded: ``queue``, ``type``, ``outcome``, ``reason``, ``delay``,
 ``exchange``, ``error``, ``kind``, ``version``; never ids or error text. Every metric
@@ -14,18 +15,16 @@ every process is connected), the breaker is the maximum.
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING
 
-from aio_pika.abc import AbstractRobustConnection
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from ..amqp.topology import QueueDepth, delay_label
 from ..hooks import REDECLARE_REASONS, UNKNOWN, Hooks
 from ..retry import EXHAUSTED, INVALID, PERMANENT, UNKNOWN_TYPE
-from ..topology import QueueDepth, delay_label, queue_depths
 
 if TYPE_CHECKING:
     from ..app import App
@@ -41,7 +40,6 @@ DURATION_BUCKETS = (
 LIMIT_WAIT_BUCKETS = (
     0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 600.0,
 )  # fmt: skip
-DEFAULT_SAMPLE_INTERVAL = 5.0
 PUBLISH_ERRORS = ("unroutable", "nacked", "interrupted")  # publisher.error_kind's answers
 # Dead letters whose handler never ran have no handler duration.
 _NOT_RUN = frozenset({INVALID, UNKNOWN_TYPE})
@@ -393,32 +391,3 @@ class Metrics(Hooks):
             if d.exists:
                 self.queue_messages.labels(d.name, d.kind).set(d.messages)
                 self.queue_consumers.labels(d.name).set(d.consumers)
-
-
-async def sample_queues(
-    metrics: Metrics,
-    connection: Callable[[], AbstractRobustConnection | None],
-    specs: Iterable[tuple[str, str]],
-    *,
-    interval: float = DEFAULT_SAMPLE_INTERVAL,
-) -> None:
-    """Every ``interval`` seconds, passively declare each ``(queue, kind)`` on the
-    connection that ``connection()`` returns and record the depths. Runs until
-    cancelled; a round without a usable connection, or that fails, is skipped."""
-    specs = list(specs)
-    failing = False
-    while True:
-        conn = connection()
-        if conn is not None and not conn.is_closed and conn.connected.is_set():
-            try:
-                depths = await asyncio.wait_for(queue_depths(conn, specs), timeout=interval)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # the connection dropped mid-round: try again later
-                if not failing:
-                    log.info("could not sample queue depths (%s); will retry", exc or type(exc))
-                failing = True
-            else:
-                metrics.queues_sampled(depths)
-                failing = False
-        await asyncio.sleep(interval)

@@ -21,13 +21,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..app import load_app
+from ..app import App, load_app
+from ..hooks import Hooks
 from ..settings import TLS, url_password
 from ..worker.handler_pool import THREAD_PREFIX as HANDLER_THREAD_PREFIX
 from ..worker.lifecycle import DEFAULT_GRACE_PERIOD, Worker
 from . import logs, loop
 from .endpoints import DEFAULT_BIND, serve_metrics
-from .metrics import DEFAULT_SAMPLE_INTERVAL, Metrics, sample_queues
+from .metrics import Metrics
+from .sampler import DEFAULT_SAMPLE_INTERVAL, sample_queues
 from .status import REPORT_INTERVAL, state_code
 
 log = logging.getLogger("rabbitq.worker")
@@ -75,13 +77,17 @@ class Child:
 
 def build(spec: WorkerSpec, *, metrics: Metrics | None) -> Worker:
     """The worker ``spec`` describes, reporting to ``metrics`` (if any)."""
-    app = load_app(spec.app_spec)
+    return worker_for(load_app(spec.app_spec), spec, hooks=metrics)
+
+
+def worker_for(app: App, spec: WorkerSpec, *, hooks: Hooks | None) -> Worker:
+    """A worker for ``app`` (already loaded: the demo builds its own) as ``spec`` says."""
     return Worker(
         app,
         url=spec.url,
         prefetch=spec.prefetch,
         grace_period=spec.grace_period,
-        hooks=metrics,
+        hooks=hooks,
         tls=spec.tls,
         consumer_timeout=spec.consumer_timeout,
     )

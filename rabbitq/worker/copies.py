@@ -1,6 +1,6 @@
-"""A failed delivery's copy: where it goes and which headers it carries (pure,
-:func:`copy_of`), storing it until the broker has it or handing it back
-(:class:`CopyStore`), and the log line and hook once it is stored (:func:`report_copied`).
+"""Storing a failed delivery's copy (:mod:`rabbitq.amqp.copy` says what it carries and
+where it goes) until the broker has it, or handing it back (:class:`CopyStore`), and
+the log line and hook once it is stored (:func:`report_copied`).
 
 A copy must be confirmed before its original is acked. What the worker does when the
 broker does not take it decides whether a message is lost, loops or waits (issue 11):
@@ -38,12 +38,10 @@ from typing import Any
 from aio_pika.abc import AbstractChannel
 from pamqp.commands import Basic
 
-from .. import headers as h
 from ..amqp.confirm import send_confirmed
 from ..errors import PublishInterrupted, PublishNacked, Unroutable
 from ..hooks import UNROUTABLE_COPY, Hooks
 from ..retry import DeadLetter, Retry
-from ..topology import Topology
 from .consumer import COPIES_HELD, Pausable
 from .delivery import Incoming
 from .outcome import Outcome
@@ -154,34 +152,6 @@ class CopyStore:
             self.reason = None
             log.warning("no message of %r held any more: consuming again", self.queue)
             self._consumer.resume(COPIES_HELD)
-
-
-def copy_of(
-    delivery: Incoming, outcome: Outcome, topology: Topology, queue: str
-) -> tuple[str, dict[str, Any]]:
-    """The queue a retry or DLQ copy of ``delivery`` goes to, and its headers (pure)."""
-    decision = outcome.decision
-    if isinstance(decision, Retry):
-        headers = h.retry_headers(
-            delivery.headers,
-            next_attempt=decision.next_attempt,
-            error=outcome.error or "",
-            exchange=delivery.exchange or "",
-            routing_key=delivery.routing_key or "",
-        )
-        return topology.retry_queue(decision.delay_ms).name, headers
-    assert isinstance(decision, DeadLetter)
-    headers = h.dead_letter_headers(
-        delivery.headers,
-        reason=decision.reason,
-        error=outcome.error or "",
-        traceback=outcome.traceback,
-        queue=queue,
-        attempt=outcome.attempt,
-        exchange=delivery.exchange or "",
-        routing_key=delivery.routing_key or "",
-    )
-    return topology.dlq.name, headers
 
 
 def report_copied(

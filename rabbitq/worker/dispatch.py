@@ -21,10 +21,10 @@ from concurrent.futures import Executor
 from datetime import datetime
 from typing import Any, Protocol
 
-from .. import headers as h
+from ..amqp import headers as h
 from ..amqp.properties import message_id_of
-from ..app import Context, Handler
-from ..codec import decode
+from ..app import Handler
+from ..context import Context
 from ..effects.guard import (
     BUSY_ELSEWHERE,
     DUPLICATE,
@@ -37,6 +37,7 @@ from ..effects.guard import (
 from ..effects.store import lease_for
 from ..errors import ConfigurationError, DecodeError, HandlerNotStarted
 from ..hooks import UNKNOWN
+from ..message import decode
 from ..retry import INVALID, UNKNOWN_TYPE, DeadLetter, not_started, parse_attempt
 from .handler_call import call_handler
 from .handler_pool import HandlerPool

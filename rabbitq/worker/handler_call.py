@@ -10,7 +10,8 @@ from collections.abc import Coroutine
 from concurrent.futures import Executor
 from typing import Any
 
-from ..app import Context, Handler
+from ..app import Handler
+from ..context import Context
 from ..errors import HandlerNotStarted, HandlerTimeout
 from .handler_pool import Expired, HandlerPool, NotStarted
 

@@ -25,9 +25,10 @@ from collections.abc import Sequence
 import aiormq.abc
 from aio_pika.abc import AbstractRobustConnection
 
-from .. import brokers, orphans
+from ..amqp import brokers, orphans
 from ..amqp.blocked import BlockedWatch
 from ..amqp.connection import connect
+from ..amqp.topology import Topology, declare
 from ..app import App
 from ..effects.followups import FollowUp
 from ..effects.sender import send_follow_ups
@@ -35,13 +36,12 @@ from ..effects.store import close_stores
 from ..errors import ConfigurationError, HandlerNotStarted
 from ..hooks import UNKNOWN, Hooks, combine
 from ..settings import TLS, Settings, redact_url
-from ..topology import Topology, declare
 from ..tracing.base import NO_DELIVERY
-from . import limits
 from .acks import Acker
 from .admission import Admission
 from .breaker_guard import BreakerGuard
 from .consumer import BROKER_BLOCKED, CLOSE_TIMEOUT, NOT_CONSUMING, STOPPING, Consumer
+from .consumer_timeout import check_timeouts, on_channel_closed
 from .copies import CopyStore
 from .delivery import Incoming
 from .dispatch import attempt_of, process, resolve_type
@@ -84,7 +84,7 @@ class Worker:
         self.app = app
         self.url = app.resolved_url(url)
         self.tls = tls or app.tls
-        # the broker's delivery-ack timeout, if known (see rabbitq.worker.limits)
+        # the broker's delivery-ack timeout, if known (see rabbitq.worker.consumer_timeout)
         self.consumer_timeout = (
             Settings.from_env().consumer_timeout if consumer_timeout is None else consumer_timeout
         )
@@ -147,7 +147,7 @@ class Worker:
         self._connection.close_callbacks.add(self._on_connection_lost)
         self._connection.reconnect_callbacks.add(self._on_reconnected)
         self.hooks.connection_changed(True)
-        limits.check_timeouts(self._handlers, self.consumer_timeout, self.admission.broker_prefetch)
+        check_timeouts(self._handlers, self.consumer_timeout, self.admission.broker_prefetch)
         brokers.log_broker(self._connection)  # the broker version, and what it means here
         try:
             channel = await self.consumer.open(self._connection, self.admission.broker_prefetch)
@@ -155,7 +155,7 @@ class Worker:
             await self.keeper.open_copy_channel()
             # Declared on the robust channel, so aio-pika re-declares it on reconnect.
             await declare(channel, self.topology)
-            channel.close_callbacks.add(limits.on_channel_closed)  # not before
+            channel.close_callbacks.add(on_channel_closed)  # not before
             await orphans.report(self._connection, self.topology, log)
             await self.consumer.start()
         except BaseException:

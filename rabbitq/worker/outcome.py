@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .. import headers as h
+from ..amqp import headers as h
 from ..retry import DeadLetter, Retry, RetryPolicy, after_exception
 
 

@@ -13,15 +13,15 @@ import asyncio
 import functools
 import logging
 
-from ..amqp import properties
+from ..amqp import copy
+from ..amqp.topology import Topology
 from ..errors import PublishError
 from ..hooks import Hooks
 from ..retry import DeadLetter, Retry
-from ..topology import Topology
 from ..tracing.base import DeliverySpan
 from . import outcome_log
 from .acks import Acker
-from .copies import CopyStore, copy_of, report_copied
+from .copies import CopyStore, report_copied
 from .delivery import Incoming
 from .outcome import Outcome
 
@@ -69,16 +69,31 @@ class Settler:
             )
             acker.ack(delivery.delivery_tag, outcome_log.handled(done, delivery, outcome))
             return
-        target, headers = copy_of(delivery, outcome, self._topology, queue)
         if isinstance(decision, Retry):
+            c = copy.retry(
+                delivery,
+                decision,
+                type_name=type_name,
+                error=outcome.error or "",
+                topology=self._topology,
+            )
             span.retried(decision.label, decision.next_attempt, decision.deferred, outcome.error)
         else:
-            span.dead_lettered(decision.reason, outcome.error)
-        span.copied(headers)
-        try:
-            await self._copies.store(
-                target, delivery.body, properties.copy(delivery, type_name, headers)
+            c = copy.dead_letter(
+                delivery,
+                decision,
+                type_name=type_name,
+                error=outcome.error or "",
+                traceback=outcome.traceback,
+                attempt=outcome.attempt,
+                queue=queue,
+                topology=self._topology,
             )
+            span.dead_lettered(decision.reason, outcome.error)
+        target = c.target
+        span.copied(c.properties.headers or {})
+        try:
+            await self._copies.store(target, c.body, c.properties)
         except PublishError as exc:
             log.error(
                 "could not store message %s in %s (%s); returning it to %r",

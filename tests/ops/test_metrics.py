@@ -5,7 +5,7 @@ from __future__ import annotations
 from prometheus_client import REGISTRY, CollectorRegistry
 
 from rabbitq import App, Message, Metrics, RetryPolicy
-from rabbitq.topology import QueueDepth
+from rabbitq.amqp.topology import QueueDepth
 
 CONTRACT = {
     "rabbitq_messages_received": "counter",

@@ -11,7 +11,7 @@ import sys
 import orjson
 import pytest
 
-from rabbitq.topology import queue_depths
+from rabbitq.amqp.topology import queue_depths
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow]
 

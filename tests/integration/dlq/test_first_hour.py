@@ -17,7 +17,7 @@ import orjson
 import pytest
 from aio_pika.abc import AbstractRobustConnection
 
-from rabbitq import headers as h
+from rabbitq.amqp import headers as h
 
 pytestmark = pytest.mark.broker
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import click
 
 from ..app import load_app
-from ..cli.common import friendly_errors, tls_options, url_option
 from ..settings import TLS, TLS_CA_ENV, TLS_CERT_ENV, TLS_KEY_ENV, resolve_url
+from .common import friendly_errors, tls_options, url_option
 
 TOKEN_ENV = "RABBITQ_CONSOLE_TOKEN"
 
@@ -90,10 +90,10 @@ def console(
     try:
         import uvicorn
 
-        from .security import Guard, new_token, token_id
-        from .server import create_app
-        from .state import Config
-        from .targets import from_app, from_queue
+        from ..console.security import Guard, new_token, token_id
+        from ..console.server import create_app
+        from ..console.state import Config
+        from ..console.targets import from_app, from_queue
     except ImportError as exc:  # the optional extra is missing
         raise click.ClickException(
             f"the console needs its extra: pip install 'rabbitq[console]' ({exc.name} missing)"

@@ -19,8 +19,8 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from .amqp.wire import wire_safe
 from .brokers import broker_owned
+from .wire import wire_safe
 
 ATTEMPT = "rabbitq-attempt"
 REASON = "rabbitq-reason"
