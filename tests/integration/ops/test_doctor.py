@@ -1,5 +1,5 @@
 """``rabbitq doctor`` against a private node with the management plugin, where a policy
-and an operator policy put the app's queues at risk (tests/test_doctor.py covers every
+and an operator policy put the app's queues at risk (tests/ops/test_doctor.py covers every
 decision as data; this proves the facts are gathered right)."""
 
 from __future__ import annotations
