@@ -103,6 +103,21 @@ def _death_entry(raw: object) -> dict[str, Any] | None:
     return entry
 
 
+def broker_deaths(headers: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The tables of the broker's ``x-death`` header as they came, newest first (what is
+    not a table is left out): for showing, not for copying (see :func:`deaths`)."""
+    raw = headers.get("x-death")
+    return [d for d in raw if isinstance(d, Mapping)] if isinstance(raw, list) else []
+
+
+def last_death(headers: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The broker's most recent dead-lettering (``x-death``'s first table), if any."""
+    raw = headers.get("x-death")
+    if isinstance(raw, list) and raw and isinstance(raw[0], Mapping):
+        return raw[0]  # the broker keeps the most recent first
+    return None
+
+
 def deaths(headers: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The broker's dead-letter history of a delivery, validated and bounded.
 

@@ -32,19 +32,12 @@ def resolve_dlq(queue: str) -> str:
     return queue if queue.endswith(DLQ_SUFFIX) else dlq_name(queue)
 
 
-def _last_death(headers: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    deaths = headers.get("x-death")
-    if isinstance(deaths, list) and deaths and isinstance(deaths[0], Mapping):
-        return deaths[0]  # the broker keeps the most recent first
-    return None
-
-
 def reason_of(headers: Mapping[str, Any]) -> str:
     """``rabbitq-reason``; for a message the broker dead-lettered itself,
     ``broker:<x-death reason>``; empty if neither is there."""
     if reason := h.text_header(headers, h.REASON):
         return reason
-    death = _last_death(headers)
+    death = h.last_death(headers)
     if death is not None:
         return BROKER_REASON + (h.text_header(death, "reason") or "unknown")
     return ""
@@ -68,7 +61,7 @@ def failed_at_of(headers: Mapping[str, Any], timestamp: datetime | None) -> date
     message's ``timestamp``."""
     if (when := _parse_time(headers.get(h.FAILED_AT))) is not None:
         return when
-    death = _last_death(headers)
+    death = h.last_death(headers)
     if death is not None and (when := _parse_time(death.get("time"))) is not None:
         return when
     return _parse_time(timestamp)
@@ -79,7 +72,7 @@ def origin_of(headers: Mapping[str, Any], dlq: str) -> str | None:
     ``x-death``, else the DLQ's name without ``.dlq``."""
     if queue := h.text_header(headers, h.QUEUE):
         return queue
-    death = _last_death(headers)
+    death = h.last_death(headers)
     if death is not None and (queue := h.text_header(death, "queue")):
         return queue
     if dlq.endswith(DLQ_SUFFIX) and len(dlq) > len(DLQ_SUFFIX):
