@@ -152,7 +152,8 @@ class Consumer:
         self._changed()
 
     def resume(self, reason: str) -> None:
-        """``reason`` no longer holds; the consumer consumes again if no other does."""
+        """``reason`` no longer holds; the consumer consumes again if no other does
+        (``stopping`` is for good: it is not resumed)."""
         if reason not in self._reasons or reason == STOPPING:
             return
         self._reasons = {r: why for r, why in self._reasons.items() if r != reason}
