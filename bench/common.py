@@ -22,9 +22,9 @@ import orjson
 from aio_pika.abc import AbstractChannel, AbstractRobustConnection
 
 from rabbitq import App, Message, RetryPolicy
-from rabbitq.codec import CONTENT_TYPE, encode
+from rabbitq.amqp.topology import declare, retry_queue_name
 from rabbitq.hooks import Hooks
-from rabbitq.topology import declare, retry_queue_name
+from rabbitq.message import CONTENT_TYPE, encode
 
 
 def build(message: Message, *, message_id: str | None = None) -> aio_pika.Message:

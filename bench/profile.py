@@ -35,7 +35,7 @@ def _cfg(n: int) -> Config:
 
 
 async def fill(queue: str, n: int) -> None:
-    from rabbitq.topology import declare
+    from rabbitq.amqp.topology import declare
 
     app = bench_app(queue, prefetch=consume.PREFETCH)
     async with connection(DEFAULT_URL, "rabbitq bench profile") as conn:

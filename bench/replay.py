@@ -20,7 +20,7 @@ import uuid
 import aio_pika
 
 from rabbitq import dlq
-from rabbitq import headers as h
+from rabbitq.amqp import headers as h
 
 DEFAULT_URL = "amqp://guest:guest@127.0.0.1:5672/"
 _FILL_WINDOW = 500

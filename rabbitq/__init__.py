@@ -7,8 +7,9 @@ with the reason attached. See the README for the guarantees and a tutorial.
 from importlib.metadata import PackageNotFoundError, version
 
 from .amqp.publisher import Publisher
-from .app import App, Context, Handler, load_app
+from .app import App, Handler, load_app
 from .breaker import Breaker
+from .context import Context
 from .errors import (
     AppLoadError,
     BrokerUnavailable,

@@ -7,8 +7,8 @@ in the queue, no attempt used), then lets a few probe messages through: if they
 succeed it consumes again, if one fails it waits another cool-down.
 
 :class:`Breaker` is the configuration, :class:`Circuit` the pure state machine (time is
-passed in), :class:`BreakerGuard` what the worker calls: ``admit`` before a handler,
-``record`` after it. Off by default; see docs/safety.md for why and how to choose.
+passed in); :class:`rabbitq.worker.breaker_guard.BreakerGuard` is what the worker calls.
+Off by default; see docs/safety.md for why and how to choose.
 
 States: ``closed`` (normal) → ``open`` (no handler runs, the consumer is cancelled) →
 ``half-open`` (up to ``probes`` handlers run; the rest wait for their verdict) →
@@ -17,19 +17,12 @@ States: ``closed`` (normal) → ``open`` (no handler runs, the consumer is cance
 
 from __future__ import annotations
 
-import asyncio
-import logging
-import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
 from .errors import ConfigurationError
-from .hooks import Hooks
 from .retry import EXHAUSTED, DeadLetter, Retry
-
-log = logging.getLogger("rabbitq.breaker")
 
 State = Literal["closed", "open", "half-open"]
 CLOSED: State = "closed"
@@ -151,129 +144,3 @@ def combined(states: list[State]) -> State:
         if state in states:
             return state
     return CLOSED
-
-
-class BreakerGuard:
-    """The circuits of one worker's handlers, and the consumer they pause and resume.
-
-    ``pause`` cancels the worker's consumer, ``resume`` consumes again; both are
-    called from one task at a time. ``clock`` is ``time.monotonic`` outside tests.
-    """
-
-    RESUME_RETRY = 1.0
-
-    def __init__(
-        self,
-        queue: str,
-        breakers: Mapping[str, Breaker],
-        *,
-        pause: Callable[[], Awaitable[None]],
-        resume: Callable[[], Awaitable[None]],
-        hooks: Hooks,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.queue = queue
-        self.circuits = {name: Circuit(config) for name, config in breakers.items()}
-        self._pause, self._resume, self._hooks, self._clock = pause, resume, hooks, clock
-        self._state: State = CLOSED
-        self._consuming = True
-        self._closed = False
-        self._changed = asyncio.Event()  # set whenever any circuit changes state
-        self._probes: set[asyncio.Task[Any] | None] = set()  # handlers let through as probes
-        self._reconciling: asyncio.Task[None] | None = None
-        self._timers: set[asyncio.TimerHandle] = set()
-
-    @property
-    def state(self) -> State:
-        """The queue's combined state."""
-        return self._state
-
-    async def admit(self, type_name: str) -> bool:
-        """Wait, if needed, until the handler of ``type_name`` may run. False: do not run
-        it, return the delivery to the queue (no attempt is counted)."""
-        circuit = self.circuits.get(type_name)
-        if circuit is None:
-            return True
-        while not self._closed:
-            before = circuit.state
-            allowed = circuit.allow(self._clock())
-            self._after(type_name, before, circuit)
-            if allowed is None:  # every probe is out: wait for their verdict
-                self._changed.clear()
-                await self._changed.wait()
-                continue
-            if allowed and circuit.state == HALF_OPEN:
-                self._probes.add(asyncio.current_task())
-            return allowed
-        return False
-
-    def record(self, type_name: str, decision: object) -> None:
-        """The handler of ``type_name`` ended with ``decision`` (ack, retry, dead-letter)."""
-        circuit = self.circuits.get(type_name)
-        if circuit is None:
-            return
-        task = asyncio.current_task()
-        probe = task in self._probes
-        self._probes.discard(task)
-        before = circuit.state
-        circuit.record(verdict(decision), self._clock(), probe=probe)
-        self._after(type_name, before, circuit)
-
-    def close(self) -> None:
-        """The worker is stopping: release every waiting delivery (to be requeued)."""
-        self._closed = True
-        self._changed.set()
-        for timer in self._timers:
-            timer.cancel()
-
-    def _after(self, type_name: str, before: State, circuit: Circuit) -> None:
-        if circuit.state == before:
-            return
-        self._changed.set()
-        level = logging.WARNING if circuit.state == OPEN else logging.INFO
-        log.log(
-            level,
-            "circuit breaker for %s on %r: %s -> %s%s",
-            type_name,
-            self.queue,
-            before,
-            circuit.state,
-            f" (pausing for {circuit.config.cooldown:g}s)" if circuit.state == OPEN else "",
-        )
-        if circuit.state == OPEN:
-            loop = asyncio.get_running_loop()
-            self._timers = {t for t in self._timers if t.when() > loop.time()}
-            self._timers.add(loop.call_later(circuit.config.cooldown, self._cooled_down, type_name))
-        state = combined([c.state for c in self.circuits.values()])
-        if state != self._state:
-            self._state = state
-            self._hooks.breaker_changed(self.queue, state)
-        self._reconcile()
-
-    def _cooled_down(self, type_name: str) -> None:
-        if self._closed:
-            return
-        circuit = self.circuits[type_name]
-        before = circuit.state
-        circuit.tick(self._clock())
-        self._after(type_name, before, circuit)
-
-    def _reconcile(self) -> None:
-        if self._reconciling is None or self._reconciling.done():
-            self._reconciling = asyncio.get_running_loop().create_task(self._consume_as_wanted())
-
-    async def _consume_as_wanted(self) -> None:
-        """Cancel the consumer while any circuit is open; consume again when none is."""
-        while not self._closed:
-            want = self._state != OPEN
-            if want == self._consuming:
-                return
-            try:
-                await (self._resume() if want else self._pause())
-            except Exception as exc:  # e.g. the connection is down: try again
-                log.warning(
-                    "could not %s consuming %r: %s", "resume" if want else "pause", self.queue, exc
-                )
-                await asyncio.sleep(self.RESUME_RETRY)
-                continue
-            self._consuming = want

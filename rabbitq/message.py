@@ -8,16 +8,25 @@ A message type is a pydantic v2 model with a wire name::
 The name is the AMQP ``type`` property and the routing key on the topic exchange.
 Two different models may not share a name; that is caught when the second class is
 defined (at import time), not when the first message arrives.
+
+Bodies are JSON (orjson), and :func:`decode` is the only place a body is parsed.
+Encoding goes through pydantic's JSON mode, so ``Decimal`` becomes a string (never a
+float), ``datetime`` an ISO 8601 string with its offset, ``UUID`` and enums their
+values; decoding validates the same way back, so all of them round-trip exactly.
+Any failure is a :class:`~rabbitq.errors.DecodeError` whose ``reason`` is the DLQ
+reason: ``invalid`` for a body that is not a valid message of its type.
 """
 
 from __future__ import annotations
 
 import re
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
-from pydantic import BaseModel, ConfigDict
+import orjson
+from pydantic import BaseModel, ConfigDict, ValidationError
 
-from .errors import ConfigurationError
+from .errors import ConfigurationError, DecodeError
+from .retry import INVALID
 
 # A topic routing key is dot-separated words; "*" and "#" would act as wildcards
 # if the name were ever used in a binding, so they are not allowed.
@@ -85,3 +94,47 @@ def register(name: str, model: type[Message]) -> None:
 def lookup(name: str) -> type[Message] | None:
     """The model registered under ``name``, if any."""
     return _registry.get(name)
+
+
+# -- the body on the wire ------------------------------------------------------------
+
+M = TypeVar("M", bound=Message)
+
+CONTENT_TYPE = "application/json"
+_MAX_DETAIL = 400
+
+
+def encode(message: Message) -> bytes:
+    """The message as compact JSON bytes."""
+    return orjson.dumps(message.model_dump(mode="json"))
+
+
+def decode(body: bytes, model: type[M]) -> M:
+    """Parse and validate ``body`` as ``model``; raise ``DecodeError('invalid', ...)``."""
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise DecodeError(INVALID, f"body is not JSON: {exc}"[:_MAX_DETAIL]) from exc
+    if not isinstance(data, dict):
+        raise DecodeError(INVALID, f"body is JSON {type(data).__name__}, expected an object")
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise DecodeError(
+            INVALID, f"{model.type_name()} failed validation: {describe(exc)}"[:_MAX_DETAIL]
+        ) from exc
+    except RecursionError as exc:  # pathologically nested input
+        raise DecodeError(INVALID, "body is nested too deeply") from exc
+    except Exception as exc:  # a validator's own KeyError, TypeError...: still poison input
+        raise DecodeError(
+            INVALID,
+            f"{model.type_name()} failed validation: {type(exc).__name__}: {exc}"[:_MAX_DETAIL],
+        ) from exc
+
+
+def describe(exc: ValidationError) -> str:
+    """A validation error as one line: ``field: problem; other.field: problem``."""
+    return "; ".join(
+        f"{'.'.join(str(p) for p in err['loc']) or '<root>'}: {err['msg']}"
+        for err in exc.errors(include_url=False, include_input=False)
+    )

@@ -78,7 +78,8 @@ def _seconds(name: str, value: str | None) -> float | None:
 class Settings:
     """Where the broker is and how to reach it. Build it with :meth:`from_env` or pass
     the fields yourself. ``consumer_timeout``: the broker's, in seconds, if you know it
-    (``0``: it has none; ``None``: assume RabbitMQ's default, see ``rabbitq.worker.limits``)."""
+    (``0``: it has none; ``None``: assume RabbitMQ's default, see
+    ``rabbitq.worker.consumer_timeout``)."""
 
     url: str = DEFAULT_URL
     tls: TLS = field(default_factory=TLS)

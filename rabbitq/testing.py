@@ -29,13 +29,13 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from . import headers as h
+from .amqp import headers as h
 from .app import App
-from .codec import encode
 from .effects.followups import FollowUp
-from .message import Message
+from .message import Message, encode
 from .retry import DeadLetter, Retry
-from .worker.dispatch import Ack, process
+from .worker.dispatch import process
+from .worker.outcome import Ack
 
 __all__ = ["FakeDelivery", "Result", "deliver", "deliver_sync"]
 

@@ -1,22 +1,70 @@
-"""Helpers for integration tests: run a worker, record outcomes, inspect queues."""
+"""Helpers shared by the tests: run a worker, record outcomes, inspect queues, run the
+``rabbitq`` command as a real subprocess, read its one-line errors."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import os
+import subprocess
+import sys
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 from aio_pika.abc import AbstractIncomingMessage, AbstractRobustConnection
 
 from rabbitq import App, Worker
+from rabbitq.amqp.topology import retry_queue_name
 from rabbitq.hooks import Hooks
-from rabbitq.topology import retry_queue_name
 
 REDIS_URL = os.environ.get("RABBITQ_TEST_REDIS", "redis://127.0.0.1:6379/0")
 """The real Redis of the tests (the effects tests and bench/ read the same variable)."""
+ROOT = Path(__file__).resolve().parents[1]
+"""The repository (examples/ is importable from there)."""
+
+
+def run_cli(
+    *args: str,
+    url: str | None = None,
+    env: Mapping[str, str] | None = None,
+    columns: int | None = None,
+    timeout: float = 120,
+) -> subprocess.CompletedProcess[str]:
+    """``python -m rabbitq ARGS`` as a real subprocess from the repository (stdout a pipe,
+    not a TTY; ``NO_COLOR``), with ``RABBITQ_URL`` set to ``url`` or unset."""
+    full = {k: v for k, v in os.environ.items() if k != "RABBITQ_URL"}
+    full["NO_COLOR"] = "1"
+    if url is not None:
+        full["RABBITQ_URL"] = url
+    if columns is not None:
+        full["COLUMNS"] = str(columns)
+    full.update(env or {})
+    return subprocess.run(
+        [sys.executable, "-m", "rabbitq", *args],
+        cwd=ROOT,
+        env=full,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+async def run_cli_async(*args: str, **kwargs: Any) -> subprocess.CompletedProcess[str]:
+    """:func:`run_cli` in a thread, for async tests."""
+    return await asyncio.to_thread(run_cli, *args, **kwargs)
+
+
+def one_line_error(output: str) -> str:
+    """The single ``Error: ...`` line a failed command printed (INFO log lines aside),
+    with no traceback."""
+    # A worker logs that it is connecting (INFO) before it can fail to.
+    lines = [line for line in output.strip().splitlines() if " INFO " not in line]
+    assert len(lines) == 1, output
+    assert lines[0].startswith("Error: "), output
+    assert "Traceback" not in output
+    return lines[0]
 
 
 @contextlib.asynccontextmanager
@@ -148,7 +196,7 @@ async def queue_depth(conn: AbstractRobustConnection, queue: str) -> int:
 async def declare_topology(conn: AbstractRobustConnection, app: App) -> None:
     """Declare ``app``'s exchange, queues and bindings without running a worker, so that
     messages can be published (and left waiting) before a worker starts."""
-    from rabbitq.topology import declare
+    from rabbitq.amqp.topology import declare
 
     channel = await conn.channel()
     await declare(channel, app.topology())

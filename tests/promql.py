@@ -1,6 +1,7 @@
 """What the dashboard and the alert rules ask Prometheus, read from the shipped files, and
 what the code exports, read from :class:`rabbitq.ops.metrics.Metrics`: shared by the static
-checks (tests/test_dashboard.py, tests/test_deploy.py) and the live Prometheus test."""
+checks (tests/project/test_dashboard.py, tests/project/test_deploy.py) and the live
+Prometheus test."""
 
 from __future__ import annotations
 

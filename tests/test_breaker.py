@@ -1,17 +1,14 @@
-"""The circuit breaker's state machine (pure, with a clock we move by hand) and the
-guard that pauses and resumes a worker's consumer."""
+"""The circuit breaker's state machine (pure, with a clock we move by hand); the guard
+that applies it in a worker is tests/worker/test_breaker_guard.py."""
 
 from __future__ import annotations
-
-import asyncio
 
 import pytest
 
 from rabbitq import App, Breaker, ConfigurationError, Message
-from rabbitq.breaker import CLOSED, HALF_OPEN, OPEN, BreakerGuard, Circuit, combined, verdict
-from rabbitq.hooks import Hooks
+from rabbitq.breaker import CLOSED, HALF_OPEN, OPEN, Circuit, combined, verdict
 from rabbitq.retry import DeadLetter, Retry
-from rabbitq.worker.dispatch import ACK
+from rabbitq.worker.outcome import ACK
 
 CONFIG = Breaker(
     failure_ratio=0.5, window=10, window_seconds=60, min_calls=4, cooldown=30, probes=2
@@ -152,146 +149,3 @@ def test_a_handler_gets_the_apps_breaker_unless_it_sets_its_own_or_none():
     assert app.handlers["breaker.other"].breaker is own
     assert app.handlers["breaker.third"].breaker is None
     assert App(queue="q").breaker is None  # off by default
-
-
-# -- the guard -------------------------------------------------------------------------
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-class States(Hooks):
-    def __init__(self) -> None:
-        self.states: list[str] = []
-
-    def breaker_changed(self, queue: str, state: str) -> None:
-        self.states.append(state)
-
-
-async def make_guard(config: Breaker = CONFIG):
-    calls: list[str] = []
-
-    async def pause() -> None:
-        calls.append("pause")
-
-    async def resume() -> None:
-        calls.append("resume")
-
-    clock, hooks = Clock(), States()
-    guard = BreakerGuard(
-        "q", {"mail": config}, pause=pause, resume=resume, hooks=hooks, clock=clock
-    )
-    return guard, calls, clock, hooks
-
-
-async def settle() -> None:
-    for _ in range(5):
-        await asyncio.sleep(0)
-
-
-async def test_the_guard_pauses_the_consumer_when_a_circuit_opens_and_refuses_stragglers():
-    guard, calls, _, hooks = await make_guard()
-    for _ in range(4):
-        assert await guard.admit("mail")
-        guard.record("mail", Retry(1000, 2))
-    await settle()
-    assert calls == ["pause"] and hooks.states == [OPEN]
-    assert await guard.admit("mail") is False  # delivered before the cancel: requeue it
-    assert await guard.admit("other") is True  # a type without a breaker runs
-    guard.close()
-
-
-async def test_the_guard_resumes_after_the_cooldown_and_closes_when_probes_succeed():
-    guard, calls, clock, hooks = await make_guard(
-        Breaker(min_calls=1, window=1, cooldown=0.05, probes=2)
-    )
-    assert await guard.admit("mail")
-    clock.now += 1
-    guard.record("mail", Retry(1000, 2))
-    clock.now += 1  # the cool-down is over when the timer fires
-    await asyncio.sleep(0.1)
-    await settle()
-    assert calls == ["pause", "resume"] and hooks.states == [OPEN, HALF_OPEN]
-
-    async def probe() -> bool:
-        ok = await guard.admit("mail")
-        await asyncio.sleep(0)
-        guard.record("mail", ACK)
-        return ok
-
-    first, second = asyncio.create_task(probe()), asyncio.create_task(probe())
-    waiting = asyncio.create_task(guard.admit("mail"))  # a third waits for the verdict
-    await settle()
-    assert await first and await second
-    assert await waiting is True
-    assert hooks.states == [OPEN, HALF_OPEN, CLOSED]
-    guard.close()
-
-
-async def test_a_failed_probe_reopens_and_the_waiting_deliveries_go_back():
-    guard, calls, clock, hooks = await make_guard(
-        Breaker(min_calls=1, window=1, cooldown=0.05, probes=1)
-    )
-    assert await guard.admit("mail")
-    guard.record("mail", Retry(1000, 2))
-    clock.now += 1
-    await asyncio.sleep(0.1)
-    assert await guard.admit("mail")  # the probe
-    waiting = asyncio.create_task(guard.admit("mail"))
-    await settle()
-    guard.record("mail", DeadLetter("exhausted"))
-    assert await waiting is False
-    await settle()
-    assert calls == ["pause", "resume", "pause"]
-    assert hooks.states == [OPEN, HALF_OPEN, OPEN]
-    guard.close()
-
-
-async def test_closing_the_guard_releases_deliveries_waiting_for_a_verdict():
-    guard, _, clock, _ = await make_guard(Breaker(min_calls=1, window=1, cooldown=0.05, probes=1))
-    assert await guard.admit("mail")
-    guard.record("mail", Retry(1000, 2))
-    clock.now += 1
-    await asyncio.sleep(0.1)
-    assert await guard.admit("mail")
-    waiting = asyncio.create_task(guard.admit("mail"))
-    await settle()
-    guard.close()
-    assert await waiting is False
-
-
-async def test_a_resume_that_fails_is_tried_again():
-    attempts: list[str] = []
-
-    async def resume() -> None:
-        attempts.append("resume")
-        if len(attempts) == 1:
-            raise ConnectionError("connection lost")
-
-    async def pause() -> None:
-        pass
-
-    clock = Clock()
-    guard = BreakerGuard(
-        "q",
-        {"mail": Breaker(min_calls=1, window=1, cooldown=0.01)},
-        pause=pause,
-        resume=resume,
-        hooks=Hooks(),
-        clock=clock,
-    )
-    guard.RESUME_RETRY = 0.01
-    assert await guard.admit("mail")
-    guard.record("mail", Retry(1000, 2))
-    clock.now += 1
-    for _ in range(100):
-        if len(attempts) >= 2:
-            break
-        await asyncio.sleep(0.01)
-    assert attempts == ["resume", "resume"]
-    guard.close()

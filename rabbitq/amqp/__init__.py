@@ -1,10 +1,12 @@
-"""The AMQP edge: the code that talks to aio-pika, aiormq and pamqp for publishing and
-connecting.
+"""The broker edge: everything about RabbitMQ and its wire.
 
-:mod:`.connection` (connecting, with actionable errors), :mod:`.wire` (tolerant frame
-decoding and encodable headers), :mod:`.properties` (the properties of every message
-rabbitq publishes, one function per kind), :mod:`.confirm` (the one confirmed publish,
-and the one mapping of aiormq's errors to rabbitq's) and :mod:`.publisher` (the
-:class:`~rabbitq.Publisher`). Topology declaration stays in :mod:`rabbitq.topology`,
-next to the pure names it declares.
+:mod:`.connection` (connecting, with actionable errors; :mod:`.refusal`,
+:mod:`.failover`), :mod:`.wire` (tolerant frame decoding and encodable headers),
+:mod:`.blocked` (a blocked connection noticed), :mod:`.brokers` (what each RabbitMQ
+version does), :mod:`.topology` (queue names and arguments, pure, and the one
+``declare``; :mod:`.orphans`), :mod:`.headers` (rabbitq's headers), :mod:`.properties`
+(the properties of every message rabbitq publishes, one function per kind),
+:mod:`.copy` (every copy rabbitq publishes of a message it read, and where it goes),
+:mod:`.confirm` (the one confirmed publish, and the one mapping of aiormq's errors to
+rabbitq's; :mod:`.inflight`) and :mod:`.publisher` (the :class:`~rabbitq.Publisher`).
 """

@@ -21,8 +21,7 @@ from typing import Any, Protocol
 
 from pamqp.commands import Basic
 
-from ..codec import CONTENT_TYPE
-from ..message import Message
+from ..message import CONTENT_TYPE, Message
 
 PERSISTENT = 2  # delivery_mode
 

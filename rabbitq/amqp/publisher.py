@@ -33,8 +33,6 @@ import aio_pika
 import aiormq
 from aio_pika.abc import AbstractChannel, AbstractExchange, AbstractRobustConnection
 
-from .. import headers as h
-from ..codec import encode
 from ..errors import (
     BrokerUnavailable,
     ConfigurationError,
@@ -43,14 +41,15 @@ from ..errors import (
     PublishInterrupted,
 )
 from ..hooks import Hooks, combine
-from ..message import Message
+from ..message import Message, encode
 from ..retry import delay_ms
 from ..settings import TLS
-from ..topology import Topology
 from ..tracing.base import NO_SEND, Tracing
+from . import headers as h
 from . import properties
 from .confirm import error_kind, send_confirmed
 from .connection import connect
+from .topology import Topology
 
 DEFAULT_WINDOW = 512
 # Waits between attempts of a publisher with ``retry_for``: doubling, capped.

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import click
 
-from ..console.cli import console
 from ..ops import logs
 
 # Modules, not their commands: ``rabbitq.cli.dlq`` stays the module (tests patch it).
@@ -27,6 +26,7 @@ from . import (
     worker,
 )
 from .common import Command
+from .console import console
 
 
 @click.group(cls=Command, context_settings={"help_option_names": ["-h", "--help"]})

@@ -1,158 +1,33 @@
 """``rabbitq dlq``: list, show, replay, export, import and purge dead messages.
 
-The commands parse options and call :mod:`rabbitq.dlq`; :mod:`rabbitq.dlq_view` draws.
+The commands parse options (:mod:`rabbitq.cli.dlq_options`) and call :mod:`rabbitq.dlq`;
+:mod:`rabbitq.cli.dlq_view` draws.
 QUEUE is a service's queue (its DLQ, ``QUEUE.dlq``, is used) or a DLQ's own name.
 """
 
 from __future__ import annotations
 
-import asyncio
-import functools
-import os
 import sys
-from collections.abc import Callable, Coroutine
-from typing import Any, TypeVar
+from typing import Any
 
 import click
-from aio_pika.abc import AbstractConnection
-from rich.console import Console
 
 from .. import dlq as ops
-from ..amqp.connection import connect_once
 from ..app import load_app
-from ..errors import DlqError, DlqInterrupted
-from ..retry import REASONS
-from ..settings import TLS, resolve_url
+from ..errors import DlqError
+from ..settings import TLS
 from . import dlq_view as view
-from .common import F, friendly_errors, tls_options, url_option
-from .when import WHEN
-
-T = TypeVar("T")
-
-
-def _json_option(fn: F) -> F:
-    return click.option("--json", "as_json", is_flag=True, help="Print one JSON object per line.")(
-        fn
-    )
-
-
-def _check_reasons(
-    _ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]
-) -> tuple[str, ...]:
-    """A typo (``exausted``) must not read as "nothing matches": unknown reasons are an
-    error that lists the known ones."""
-    for value in values:
-        if value not in REASONS and not (value.startswith("broker:") and len(value) > 7):
-            raise click.BadParameter(
-                f"unknown reason {value!r}: use one of {', '.join(REASONS)}, or "
-                f"broker:<x-death reason> such as broker:delivery_limit",
-                param_hint="--reason",
-            )
-    return values
-
-
-def filter_options(fn: F) -> F:
-    """The filters every command shares; each is ANDed, a repeated option is ORed."""
-    options = [
-        click.option(
-            "--type", "types", multiple=True, metavar="TYPE", help="Message type (repeatable)."
-        ),
-        click.option(
-            "--reason",
-            "reasons",
-            multiple=True,
-            metavar="REASON",
-            callback=_check_reasons,
-            help="exhausted, permanent, invalid, unknown-type, or broker:<x-death reason> "
-            "such as broker:delivery_limit (repeatable).",
-        ),
-        click.option(
-            "--message-id", "message_ids", multiple=True, metavar="ID", help="(repeatable)"
-        ),
-        click.option(
-            "--since",
-            type=WHEN,
-            help="Failed at or after: ISO 8601 (2024-05-01T10:00Z) or an age (30m, 2h, 3d).",
-        ),
-        click.option("--until", type=WHEN, help="Failed before (same forms as --since)."),
-        click.option(
-            "--grep", metavar="REGEX", help="Error text (rabbitq-error) matches this regex."
-        ),
-    ]
-    for option in reversed(options):
-        fn = option(fn)
-    return fn
-
-
-def _filters(kwargs: dict[str, Any]) -> ops.Filters:
-    return ops.Filters.build(
-        types=kwargs.pop("types"),
-        reasons=kwargs.pop("reasons"),
-        message_ids=kwargs.pop("message_ids"),
-        since=kwargs.pop("since"),
-        until=kwargs.pop("until"),
-        grep=kwargs.pop("grep"),
-    )
-
-
-def _limit_option(
-    default: int | None = None, help: str = "Stop after N messages."
-) -> Callable[[F], F]:
-    return click.option(
-        "--limit",
-        type=click.IntRange(min=0),
-        default=default,
-        show_default=default is not None,
-        help=help,
-    )
-
-
-def _run(
-    url: str | None,
-    tls: TLS | None,
-    call: Callable[[AbstractConnection | None], Coroutine[Any, Any, T]],
-) -> T:
-    """Run one library call; with --tls-* files, on a connection opened with them (else
-    the library connects, with the ``$RABBITQ_TLS_*`` files if any)."""
-
-    async def go() -> T:
-        if tls is None:
-            return await call(None)
-        connection = await connect_once(resolve_url(url), name="rabbitq dlq", tls=tls)
-        try:
-            return await call(connection)
-        finally:
-            await connection.close()
-
-    return asyncio.run(go())
-
-
-def _console() -> Console:
-    console = Console(highlight=False)  # off a terminal, not cut to 80 columns (unless COLUMNS)
-    wide = not console.is_terminal and "COLUMNS" not in os.environ
-    return Console(highlight=False, width=view.WIDE) if wide else console
-
-
-def _finish(tally: ops.Tally, as_json: bool) -> None:
-    if as_json:
-        click.echo(view.json_line(tally.as_dict()))
-    else:
-        click.echo(view.tally_text(tally))
-
-
-def _report_interruption(fn: F) -> F:
-    """Print what an interrupted operation did before its one-line error."""
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except DlqInterrupted as exc:
-            if isinstance(exc.summary, ops.Tally):
-                _finish(exc.summary, bool(kwargs.get("as_json")))
-            raise
-
-    return wrapper  # type: ignore[return-value]
+from .common import friendly_errors, tls_options, url_option
+from .dlq_options import (
+    filter_options,
+    filters_from,
+    finish,
+    json_lines_option,
+    limit_option,
+    plain_console,
+    report_interruption,
+    run_call,
+)
 
 
 def _interactive() -> bool:
@@ -173,8 +48,8 @@ def dlq() -> None:
 @dlq.command("list")
 @click.argument("queue")
 @filter_options
-@_limit_option(100, "Show at most N messages; 0 shows all.")
-@_json_option
+@limit_option(100, "Show at most N messages; 0 shows all.")
+@json_lines_option
 @url_option
 @tls_options
 @friendly_errors
@@ -185,8 +60,8 @@ def list_(
 
     Example: rabbitq dlq list emails --reason exhausted --since 2h
     """
-    filters = _filters(kwargs)
-    found = _run(
+    filters = filters_from(kwargs)
+    found = run_call(
         url,
         tls,
         lambda c: ops.list_messages(
@@ -200,7 +75,7 @@ def list_(
     dlq_queue = ops.resolve_dlq(queue)
     what = f" matching {filters.describe()}" if filters.active else ""
     more = f" (the first {limit}: --limit 0 shows all)" if limit and len(found) >= limit else ""
-    console = _console()
+    console = plain_console()
     title = f"{dlq_queue}: {len(found)} message(s){what}{more}"
     console.print(view.message_table(found, title, width=console.width))
 
@@ -229,7 +104,7 @@ def by_id_or_prefix(
 @dlq.command()
 @click.argument("queue")
 @click.argument("message_id", metavar="MESSAGE_ID|PREFIX")
-@_json_option
+@json_lines_option
 @url_option
 @tls_options
 @friendly_errors
@@ -240,9 +115,9 @@ def show(queue: str, message_id: str, as_json: bool, url: str | None, tls: TLS |
     with them. Control characters in the message are shown escaped (\\x1b, \\r), never
     sent to the terminal. The DLQ is left as it was.
     """
-    everything = _run(url, tls, lambda c: ops.list_messages(queue, url=url, connection=c))
+    everything = run_call(url, tls, lambda c: ops.list_messages(queue, url=url, connection=c))
     found = by_id_or_prefix(everything, message_id, queue)
-    console = _console()
+    console = plain_console()
     for m in found:
         if as_json:
             click.echo(view.json_line(view.detail_json(m)))
@@ -255,7 +130,7 @@ def show(queue: str, message_id: str, as_json: bool, url: str | None, tls: TLS |
 @dlq.command()
 @click.argument("queue")
 @filter_options
-@_limit_option()
+@limit_option()
 @click.option("--to", metavar="QUEUE", help="Send to this queue instead of rabbitq-queue.")
 @click.option("--dry-run", is_flag=True, help="Show what would move; move nothing.")
 @click.option(
@@ -267,11 +142,11 @@ def show(queue: str, message_id: str, as_json: bool, url: str | None, tls: TLS |
     metavar="MODULE:APP",
     help="Trace each replay with this app's tracing and status (App(tracing=, status=)).",
 )
-@_json_option
+@json_lines_option
 @url_option
 @tls_options
 @friendly_errors
-@_report_interruption
+@report_interruption
 def replay(
     queue: str,
     limit: int | None,
@@ -294,11 +169,11 @@ def replay(
 
     Example: rabbitq dlq replay emails --type email.send --since 1h --rate 50
     """
-    filters = _filters(kwargs)
+    filters = filters_from(kwargs)
     tracing = load_app(app_spec).tracing if app_spec else None
     label = f"replay {ops.resolve_dlq(queue)}"
     with view.ProgressView(label, enabled=not dry_run, plain=not as_json) as progress:
-        tally = _run(
+        tally = run_call(
             url,
             tls,
             lambda c: ops.replay(
@@ -319,11 +194,11 @@ def replay(
             for m in tally.matched:
                 click.echo(view.json_line({**m.summary(), "to": to or m.origin}))
         else:
-            console = _console()
+            console = plain_console()
             console.print(
                 view.message_table(tally.matched, "would move (dry run)", width=console.width)
             )
-    _finish(tally, as_json)
+    finish(tally, as_json)
     if tally.failed:
         raise click.ClickException(
             f"{tally.failed} message(s) could not be replayed and are still in the DLQ"
@@ -334,17 +209,17 @@ def replay(
 @click.argument("queue")
 @click.argument("file", type=click.Path(dir_okay=False, writable=True))
 @filter_options
-@_limit_option()
+@limit_option()
 @click.option(
     "--delete",
     is_flag=True,
     help="Remove each exported message from the DLQ, once the file holding it is on disk.",
 )
-@_json_option
+@json_lines_option
 @url_option
 @tls_options
 @friendly_errors
-@_report_interruption
+@report_interruption
 def export(
     queue: str,
     file: str,
@@ -361,9 +236,9 @@ def export(
 
     Example: rabbitq dlq export emails emails-dlq.jsonl --reason invalid
     """
-    filters = _filters(kwargs)
+    filters = filters_from(kwargs)
     with view.ProgressView(f"export {ops.resolve_dlq(queue)}", plain=not as_json) as progress:
-        tally = _run(
+        tally = run_call(
             url,
             tls,
             lambda c: ops.export(
@@ -377,7 +252,7 @@ def export(
                 on_progress=progress,
             ),
         )
-    _finish(tally, as_json)
+    finish(tally, as_json)
 
 
 @dlq.command("import")
@@ -390,7 +265,7 @@ def export(
     help="Put the messages back into the queue they failed in, as replay does.",
 )
 @click.option("--to", metavar="QUEUE", help="With --replay: send to this queue instead.")
-@_json_option
+@json_lines_option
 @url_option
 @tls_options
 @friendly_errors
@@ -411,20 +286,20 @@ def import_(
     if to and not as_replay:
         raise click.UsageError("--to needs --replay")
     with view.ProgressView(f"import {ops.resolve_dlq(queue)}", plain=not as_json) as progress:
-        tally = _run(
+        tally = run_call(
             url,
             tls,
             lambda c: ops.import_messages(
                 queue, file, url=url, replay=as_replay, to=to, on_progress=progress, connection=c
             ),
         )
-    _finish(tally, as_json)
+    finish(tally, as_json)
 
 
 @dlq.command()
 @click.argument("queue")
 @filter_options
-@_limit_option()
+@limit_option()
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation (needed without a TTY).")
 @click.option("--dry-run", is_flag=True, help="Count what would be deleted; delete nothing.")
 @click.option(
@@ -433,11 +308,11 @@ def import_(
     metavar="MODULE:APP",
     help="Record each deletion in this app's status store (App(status=...)).",
 )
-@_json_option
+@json_lines_option
 @url_option
 @tls_options
 @friendly_errors
-@_report_interruption
+@report_interruption
 def purge(
     queue: str,
     limit: int | None,
@@ -455,7 +330,7 @@ def purge(
 
     Example: rabbitq dlq purge emails --reason invalid --until 7d --yes
     """
-    filters = _filters(kwargs)
+    filters = filters_from(kwargs)
     tracing = load_app(app_spec).tracing if app_spec else None
     dlq_queue = ops.resolve_dlq(queue)
     what = f"matching {filters.describe()}" if filters.active else "(no filter: ALL of them)"
@@ -464,7 +339,7 @@ def purge(
             raise click.ClickException(
                 f"refusing to purge {dlq_queue} without --yes when not on a terminal"
             )
-        preview = _run(
+        preview = run_call(
             url,
             tls,
             lambda c: ops.purge(
@@ -483,7 +358,7 @@ def purge(
     with view.ProgressView(
         f"purge {dlq_queue}", enabled=not dry_run, plain=not as_json
     ) as progress:
-        tally = _run(
+        tally = run_call(
             url,
             tls,
             lambda c: ops.purge(
@@ -499,4 +374,4 @@ def purge(
         )
     if not as_json and filters.active:
         click.echo(f"only messages {what} were considered")
-    _finish(tally, as_json)
+    finish(tally, as_json)

@@ -11,7 +11,8 @@ import sys
 import click
 
 from ..app import load_app
-from ..ops.doctor import Finding, diagnose, worst
+from ..ops.doctor import diagnose, worst
+from ..ops.doctor_facts import Finding
 from ..ops.doctor_probe import gather
 from ..settings import TLS, Settings
 from .common import friendly_errors, tls_options, url_option

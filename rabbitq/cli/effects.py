@@ -13,8 +13,7 @@ import click
 
 from ..amqp.connection import connect_once
 from ..app import App, load_app
-from ..errors import ConfigurationError
-from ..extras import missing
+from ..errors import ConfigurationError, missing
 from ..ops import logs, loop
 from ..ops.endpoints import DEFAULT_BIND
 from ..settings import TLS, redact_url, url_password

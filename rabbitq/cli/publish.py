@@ -11,9 +11,8 @@ import orjson
 from pydantic import AliasChoices, BaseModel, ValidationError
 
 from ..app import App, load_app
-from ..codec import describe
 from ..errors import ConfigurationError
-from ..message import lookup
+from ..message import describe, lookup
 from ..retry import delay_ms
 from ..settings import TLS
 from .common import friendly_errors, tls_options, url_option

@@ -10,12 +10,9 @@ import orjson
 from rich.console import Console
 from rich.table import Table
 
-from .. import orphans, teardown
+from ..amqp import orphans, teardown
 from ..amqp.connection import connect
-from ..app import load_app
-from ..retry import RetryPolicy, delay_ms
-from ..settings import TLS, redact_url, resolve_url
-from ..topology import (
+from ..amqp.topology import (
     QueueDepth,
     Topology,
     declare,
@@ -23,6 +20,9 @@ from ..topology import (
     queue_depths,
     retry_queue_name,
 )
+from ..app import load_app
+from ..retry import RetryPolicy, delay_ms
+from ..settings import TLS, redact_url, resolve_url
 from .common import friendly_errors, json_option, tls_options, url_option
 
 

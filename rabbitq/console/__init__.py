@@ -4,8 +4,8 @@ Modules: ``fingerprint`` (failure groups, pure), ``history`` and ``chart`` (dept
 time, rates, the SVG chart; pure), ``targets`` (which queues), ``views`` (page data,
 pure), ``actions`` (page snapshots, what an action touches, jobs), ``security`` (token,
 sessions, CSRF), ``state`` (the sampler and shared state), ``routes`` (pages and
-actions), ``server`` (the ASGI app), ``cli`` (the command). Importing this package
-imports nothing optional; :func:`create_app` needs the extra.
+actions), ``server`` (the ASGI app); the command is :mod:`rabbitq.cli.console`.
+Importing this package imports nothing optional; :func:`create_app` needs the extra.
 """
 
 from __future__ import annotations

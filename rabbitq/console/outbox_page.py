@@ -15,7 +15,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from ..cli.dlq_view import escape
+from ..dlq.text import escape
 from ..errors import RabbitqError
 from ..settings import redact_url, scrub, url_password
 from .routes import templates

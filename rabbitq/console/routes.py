@@ -13,7 +13,7 @@ import logging
 import re
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from starlette.datastructures import FormData
 from starlette.exceptions import HTTPException
@@ -54,8 +54,7 @@ BUSY_WAIT = 0.5  # seconds a page waits for a running job before saying it is bu
 
 
 def _state(request: Request) -> State:
-    state: State = request.app.state.console
-    return state
+    return cast(State, request.app.state.console)
 
 
 def _session(request: Request) -> str | None:

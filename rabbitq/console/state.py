@@ -22,9 +22,9 @@ from aio_pika.abc import AbstractRobustConnection
 from prometheus_client.parser import text_string_to_metric_families
 
 from ..amqp.connection import connect
+from ..amqp.topology import QueueDepth, queue_depths
 from ..errors import RabbitqError
 from ..settings import redact_url, scrub, url_password
-from ..topology import QueueDepth, queue_depths
 from .actions import Jobs, Snapshots
 from .history import History, Sample, counters_by_queue
 from .security import Guard

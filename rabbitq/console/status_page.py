@@ -6,7 +6,7 @@ from __future__ import annotations
 from starlette.requests import Request
 from starlette.responses import Response
 
-from ..cli.dlq_view import escape
+from ..dlq.text import escape
 from .routes import templates
 from .security import COOKIE, CSRF_FIELD
 from .state import State

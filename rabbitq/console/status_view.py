@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..cli.dlq_view import escape
+from ..dlq.text import escape
 from ..status.model import detail_text
 from ..tracing.base import Tracing
 

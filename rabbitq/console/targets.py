@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..amqp.topology import dlq_name, retry_queue_name
 from ..app import App
 from ..retry import RetryPolicy
-from ..topology import dlq_name, retry_queue_name
 
 
 @dataclass(frozen=True, kw_only=True)

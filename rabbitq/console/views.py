@@ -9,9 +9,9 @@ from typing import Any
 
 from markupsafe import Markup
 
-from .. import headers as h
-from ..cli.dlq_view import body_text, escape, value_text
+from ..amqp import headers as h
 from ..dlq.message import DeadMessage
+from ..dlq.text import body_text, escape, value_text
 from .history import Rates, Sample, rates
 from .targets import Target
 
@@ -100,14 +100,10 @@ def split_list(value: str | None) -> list[str]:
 
 def x_death(headers: Mapping[str, Any]) -> list[dict[str, str]]:
     """The broker's dead-lettering history (``x-death``), newest first, as text."""
-    deaths = headers.get("x-death")
-    if not isinstance(deaths, list):
-        return []
-    rows = []
-    for death in deaths:
-        if isinstance(death, Mapping):
-            rows.append({escape(str(k)): value_text(v) for k, v in death.items()})
-    return rows
+    return [
+        {escape(str(k)): value_text(v) for k, v in death.items()}
+        for death in h.broker_deaths(headers)
+    ]
 
 
 def message_sections(m: DeadMessage) -> dict[str, Any]:

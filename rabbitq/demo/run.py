@@ -24,11 +24,12 @@ from ..amqp import properties
 from ..amqp.confirm import send_confirmed
 from ..amqp.connection import START_HINT, connect
 from ..amqp.publisher import Publisher
+from ..amqp.topology import QueueDepth, Topology, declare, queue_depths
 from ..app import App
 from ..errors import BrokerUnavailable, RabbitqError, TopologyMismatch
 from ..ops.containers import docker_available
+from ..ops.run import WorkerSpec, worker_for
 from ..settings import TLS
-from ..topology import QueueDepth, Topology, declare, queue_depths
 from ..worker.lifecycle import Worker
 from .scenario import (
     DEFAULT_COUNT,
@@ -141,7 +142,8 @@ async def run_demo(
         await _prepare(connection, topology)
         if display != "none":
             print_intro(console, app, batch, url)
-        worker = Worker(app, url=url, hooks=tally, grace_period=5, tls=tls)
+        spec = WorkerSpec(app_spec="rabbitq demo", url=url, grace_period=5, tls=tls)
+        worker = worker_for(app, spec, hooks=tally)
         with view.worker_logs(), view:
             task = asyncio.create_task(worker.run())
             try:

@@ -17,12 +17,13 @@ from typing import Any
 
 import orjson
 
-from ..app import App, Context
+from ..amqp.topology import QueueDepth, delay_label
+from ..app import App
+from ..context import Context
 from ..errors import PermanentError
 from ..hooks import Hooks
 from ..message import Message
 from ..retry import EXHAUSTED, INVALID, PERMANENT, REASONS, UNKNOWN_TYPE, RetryPolicy
-from ..topology import QueueDepth, delay_label
 
 DEMO_QUEUE = "rabbitq-demo"
 DEMO_EXCHANGE = "rabbitq-demo"

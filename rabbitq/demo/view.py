@@ -22,8 +22,8 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from ..amqp.topology import QueueDepth, Topology, delay_label
 from ..settings import redact_url
-from ..topology import QueueDepth, Topology, delay_label
 from .scenario import DEMO_QUEUE, Counts, DemoSummary, DemoTally, Planned
 
 if TYPE_CHECKING:

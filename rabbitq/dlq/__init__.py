@@ -1,14 +1,18 @@
 """Dead-letter queue operations as library functions: list, show, replay, export,
 import and purge (the ``rabbitq dlq`` commands call these).
 
-The package holds one concept per module: :mod:`.message` (a dead message, its
-filters and its copies, pure), :mod:`.file` (the JSONL export format, pure),
+The package holds one concept per module: :mod:`.message` (a dead message and its
+filters, pure; its copies are :mod:`rabbitq.amqp.copy`'s), :mod:`.text` (its text,
+escaped to be shown), :mod:`.file` (the JSONL export format, pure),
 :mod:`.tally` (what an operation did), :mod:`.reader` (reading a DLQ without removing
 anything, and the preamble every operation shares), :mod:`.mover` (copy, confirm,
 then ack), :mod:`.operations` (list, show, replay, purge) and :mod:`.transfer`
 (export, read_file, import). It imports nothing from :mod:`rabbitq.worker`.
 """
 
+from ..amqp.copy import replay as replay_copy
+from ..amqp.copy import replay_headers
+from ..amqp.copy import stored as stored_copy
 from .message import (
     BROKER_REASON,
     DeadMessage,
@@ -17,10 +21,7 @@ from .message import (
     origin_of,
     parse_when,
     reason_of,
-    replay_copy,
-    replay_headers,
     resolve_dlq,
-    stored_copy,
 )
 from .operations import DEFAULT_WINDOW, list_messages, purge, replay, show
 from .tally import Progress, Tally

@@ -1,6 +1,6 @@
 """A dead message, read from a DLQ or an export file, and what can be decided about it
-without I/O: its reason, origin and failure time, the filters that select it, and the
-copy that a replay publishes.
+without I/O: its reason, origin and failure time, and the filters that select it. The
+copy that a replay publishes is :func:`rabbitq.amqp.copy.replay`'s.
 """
 
 from __future__ import annotations
@@ -13,14 +13,11 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from aio_pika.abc import AbstractIncomingMessage
-from pamqp.commands import Basic
 
-from .. import headers as h
-from ..amqp import properties
-from ..amqp.properties import message_id_of
+from ..amqp import headers as h
+from ..amqp.topology import DLQ_SUFFIX, dlq_name
 from ..errors import DlqError
 from ..retry import parse_attempt
-from ..topology import DLQ_SUFFIX, dlq_name
 from . import file as dlq_file
 
 BROKER_REASON = "broker:"
@@ -35,19 +32,12 @@ def resolve_dlq(queue: str) -> str:
     return queue if queue.endswith(DLQ_SUFFIX) else dlq_name(queue)
 
 
-def _last_death(headers: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    deaths = headers.get("x-death")
-    if isinstance(deaths, list) and deaths and isinstance(deaths[0], Mapping):
-        return deaths[0]  # the broker keeps the most recent first
-    return None
-
-
 def reason_of(headers: Mapping[str, Any]) -> str:
     """``rabbitq-reason``; for a message the broker dead-lettered itself,
     ``broker:<x-death reason>``; empty if neither is there."""
     if reason := h.text_header(headers, h.REASON):
         return reason
-    death = _last_death(headers)
+    death = h.last_death(headers)
     if death is not None:
         return BROKER_REASON + (h.text_header(death, "reason") or "unknown")
     return ""
@@ -71,7 +61,7 @@ def failed_at_of(headers: Mapping[str, Any], timestamp: datetime | None) -> date
     message's ``timestamp``."""
     if (when := _parse_time(headers.get(h.FAILED_AT))) is not None:
         return when
-    death = _last_death(headers)
+    death = h.last_death(headers)
     if death is not None and (when := _parse_time(death.get("time"))) is not None:
         return when
     return _parse_time(timestamp)
@@ -82,32 +72,12 @@ def origin_of(headers: Mapping[str, Any], dlq: str) -> str | None:
     ``x-death``, else the DLQ's name without ``.dlq``."""
     if queue := h.text_header(headers, h.QUEUE):
         return queue
-    death = _last_death(headers)
+    death = h.last_death(headers)
     if death is not None and (queue := h.text_header(death, "queue")):
         return queue
     if dlq.endswith(DLQ_SUFFIX) and len(dlq) > len(DLQ_SUFFIX):
         return dlq[: -len(DLQ_SUFFIX)]
     return None
-
-
-def _count(value: Any) -> int:
-    if isinstance(value, bool):
-        return 0
-    if isinstance(value, bytes | str):
-        text = value.decode("ascii", "replace") if isinstance(value, bytes) else value
-        return int(text) if text.strip().isascii() and text.strip().isdigit() else 0
-    return value if isinstance(value, int) and value > 0 else 0
-
-
-def replay_headers(headers: Mapping[str, Any]) -> dict[str, Any]:
-    """Headers of a replayed copy: the DLQ-only ones and the attempt removed (the next
-    delivery is attempt 1), ``rabbitq-replayed`` incremented, the broker's ``x-``
-    headers summarised in ``rabbitq-deaths`` (see :func:`rabbitq.headers.deaths`),
-    everything else kept."""
-    dropped = {*h.DLQ_ONLY, h.ATTEMPT}
-    out = {k: v for k, v in h.copy_headers(headers).items() if k not in dropped}
-    out[h.REPLAYED] = _count(headers.get(h.REPLAYED)) + 1
-    return out
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -251,36 +221,6 @@ class DeadMessage:
             "error": self.error,
             "redelivered": self.redelivered,
         }
-
-
-@dataclass(frozen=True, slots=True)
-class Copy:
-    """A message to publish: its body and its AMQP properties."""
-
-    body: bytes
-    properties: Basic.Properties
-
-
-def _copy(m: DeadMessage, headers: dict[str, Any], *, user: str | None) -> Copy:
-    # aiormq gives a message without an id a random one; the worker's derived id
-    # keeps it stable instead.
-    message_id = m.message_id or message_id_of(m, m.type or "")
-    return Copy(
-        body=m.body,
-        properties=properties.replay(m.properties, headers, message_id=message_id, user=user),
-    )
-
-
-def replay_copy(m: DeadMessage, *, user: str | None = None) -> Copy:
-    """The copy that replay publishes: body and properties unchanged, headers per
-    :func:`replay_headers`. ``user_id`` is kept only if it is ``user`` (the broker
-    refuses any other)."""
-    return _copy(m, replay_headers(m.headers), user=user)
-
-
-def stored_copy(m: DeadMessage, *, user: str | None = None) -> Copy:
-    """The message exactly as read (import puts it back into a DLQ this way)."""
-    return _copy(m, dict(m.headers), user=user)
 
 
 # ---------------------------------------------------------------- filters (pure)

@@ -9,9 +9,9 @@ from collections.abc import Awaitable
 from aio_pika.abc import AbstractChannel, AbstractIncomingMessage
 
 from ..amqp.confirm import send_confirmed
+from ..amqp.copy import Copy
 from ..errors import PublishInterrupted, PublishNacked, Unroutable
 from ..tracing.base import NO_SEND, SendSpan
-from .message import Copy
 from .reader import Reader
 from .tally import Progress, Tally
 

@@ -21,10 +21,12 @@ import contextlib
 import aiormq
 from aio_pika.abc import AbstractConnection
 
-from .. import headers as h
+from ..amqp import headers as h
+from ..amqp.copy import Copy, replay_headers
+from ..amqp.copy import replay as replay_copy
 from ..errors import DlqError
 from ..tracing.base import NO_SEND, NO_TRACING, SendSpan, Tracing
-from .message import Copy, DeadMessage, Filters, replay_copy, replay_headers, resolve_dlq
+from .message import DeadMessage, Filters, resolve_dlq
 from .mover import Mover, Pacer
 from .reader import LostConnection, interrupted, session, user_of
 from .tally import Progress, Tally

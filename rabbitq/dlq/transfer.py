@@ -17,10 +17,13 @@ import aiormq
 from aio_pika.abc import AbstractConnection, AbstractIncomingMessage
 
 from ..amqp.confirm import send_confirmed
+from ..amqp.copy import Copy
+from ..amqp.copy import replay as replay_copy
+from ..amqp.copy import stored as stored_copy
 from ..errors import DlqError, PublishError, PublishInterrupted
 from ..settings import redact_url, resolve_url
 from . import file as dlq_file
-from .message import Copy, DeadMessage, Filters, replay_copy, resolve_dlq, stored_copy
+from .message import DeadMessage, Filters, resolve_dlq
 from .operations import DEFAULT_WINDOW
 from .reader import connection_for, session, user_of
 from .tally import Progress, Tally

@@ -18,8 +18,7 @@ from typing import Any, Protocol
 
 from psycopg.types.json import Jsonb
 
-from ..codec import encode
-from ..message import Message
+from ..message import Message, encode
 from ..settings import TLS, redact_url
 from .database import DEFAULT_POOL_SIZE, Conn, Database
 from .schema import DEFAULT_PREFIX, OutboxSql, check_prefix

@@ -15,9 +15,9 @@ from aio_pika.abc import AbstractChannel
 
 from ..amqp import properties
 from ..amqp.confirm import send_confirmed
-from ..codec import encode
 from ..errors import PublishError
 from ..hooks import Hooks
+from ..message import encode
 from ..tracing.base import NO_SEND, NO_TRACING, Tracing
 from .followups import FollowUp
 

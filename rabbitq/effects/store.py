@@ -20,11 +20,15 @@ counts a failed attempt, it never skips the check.
 from __future__ import annotations
 
 import enum
+import logging
 import secrets
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 from ..errors import ConfigurationError, RabbitqError
+
+log = logging.getLogger("rabbitq.worker")  # closing stores is the worker's last step
 
 DEFAULT_RETENTION = 7 * 24 * 3600.0  # seconds a done key is remembered
 # The lease of a handler without a timeout, and the margin added to a handler's timeout:
@@ -108,3 +112,18 @@ def check_positive(name: str, value: float) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
         raise ConfigurationError(f"{name} must be positive seconds, not {value!r}")
     return float(value)
+
+
+async def close_stores(stores: Iterable[IdempotencyStore | None]) -> None:
+    """Close each of ``stores`` once (when the worker stops); None is skipped.
+
+    A store opens its connections on first use and keeps them until closed: left open,
+    a Redis or PostgreSQL pool outlives the worker (in a test suite, its sockets are
+    reported as unclosed wherever the garbage collector meets them). A closed store
+    opens again on its next use. A failure to close is logged: the worker stops anyway.
+    """
+    for store in {id(s): s for s in stores if s is not None}.values():
+        try:
+            await store.close()
+        except Exception as exc:
+            log.warning("could not close %r: %s", store, exc)

@@ -1,5 +1,6 @@
 """``rabbitq doctor``'s decisions: from facts about an app and its broker, the findings
-(pure; ``rabbitq.ops.doctor_probe`` gathers the facts, ``rabbitq.cli.doctor`` prints them).
+(pure; the facts are :mod:`rabbitq.ops.doctor_facts`, ``rabbitq.ops.doctor_probe``
+gathers them, ``rabbitq.cli.doctor`` prints the findings).
 
 A finding is ``danger`` when messages can be lost or a worker cannot run as things
 stand (the command then exits non-zero), ``warning`` when something deserves a look,
@@ -10,70 +11,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from dataclasses import replace
+from typing import Any
 
-from ..app import Handler
-from ..brokers import BrokerFacts, describe
-from ..droprisk import DropRisk, drop_risks
-from ..topology import DLQ_DELIVERY_LIMIT, QueueSpec, Topology, delay_label
+from ..amqp.brokers import BrokerFacts, describe
+from ..amqp.droprisk import DropRisk, drop_risks
+from ..amqp.topology import DLQ_DELIVERY_LIMIT, QueueSpec, Topology, delay_label
 from ..worker.consumer_args import consumer_arguments, enforced_timeout
-from ..worker.limits import DEFAULT_CONSUMER_TIMEOUT, timeout_problems
-
-Level = Literal["info", "warning", "danger"]
-LEVELS: tuple[Level, ...] = ("info", "warning", "danger")
-
-
-@dataclass(frozen=True, kw_only=True)
-class Finding:
-    """One thing doctor has to say."""
-
-    level: Level
-    topic: str
-    message: str
-    fix: str | None = None
-
-
-@dataclass(frozen=True, kw_only=True)
-class QueueState:
-    """What the broker says about one of the app's queues."""
-
-    name: str
-    exists: bool
-    messages: int | None = None
-    arguments: Mapping[str, Any] | None = None
-    """As declared on the broker (management API); None: not known."""
-    stuck: int = 0
-    """Messages the queue counts but neither offers nor has out (``messages`` minus
-    ready and unacked): dead letters of a quorum queue not yet handed on."""
-    mismatch: str | None = None
-    """The broker's PRECONDITION_FAILED text for a redeclare with the app's arguments."""
-    policy: str | None = None
-    operator_policy: str | None = None
-    effective_policy: Mapping[str, Any] = field(default_factory=dict)
-    """The definition the broker applies (policy and operator policy merged)."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class Facts:
-    """Everything doctor decides from. ``None`` means "could not be found out"."""
-
-    broker: BrokerFacts
-    topology: Topology
-    handlers: Mapping[str, Handler]
-    queues: Mapping[str, QueueState]
-    consumer_timeout: float | None
-    """As configured (``RABBITQ_CONSUMER_TIMEOUT``); None: RabbitMQ's default assumed."""
-    management_url: str | None = None
-    management_error: str | None = None
-    """Why the management API could not be used (None: it was, or it was not tried)."""
-    other_queues: Mapping[str, int] | None = None
-    """Every queue on the vhost with its depth (management API); without the API, the
-    app's retry queues of common delays found over AMQP; None: not known."""
-    other_arguments: Mapping[str, Mapping[str, Any]] | None = None
-    """The arguments of each queue in ``other_queues`` (management API); None: not known."""
-    alarms: Sequence[str] | None = None
-    """Active resource alarms, e.g. ``"memory alarm on rabbit@a"``; None: not known."""
+from ..worker.consumer_timeout import DEFAULT_CONSUMER_TIMEOUT, timeout_problems
+from .doctor_facts import LEVELS, Facts, Finding, Level, QueueState
 
 
 def diagnose(facts: Facts) -> list[Finding]:
@@ -88,7 +34,7 @@ def diagnose(facts: Facts) -> list[Finding]:
     for spec in facts.topology.queues:
         state = facts.queues.get(spec.name)
         if state is not None and state.exists:
-            if spec.kind == "dlq":  # what drops dead letters: rabbitq.droprisk's dangers
+            if spec.kind == "dlq":  # what drops dead letters: rabbitq.amqp.droprisk's dangers
                 drops, state = _dlq_drops(spec, state)
                 findings += drops
             findings += _policy(spec, state, facts.broker)

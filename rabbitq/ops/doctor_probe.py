@@ -22,13 +22,13 @@ from urllib.parse import quote, unquote, urlsplit
 import aiormq
 from aio_pika.abc import AbstractConnection
 
-from .. import orphans
+from ..amqp import orphans
+from ..amqp.brokers import facts_for, server_properties, version_from_server_properties
 from ..amqp.connection import connect_once
+from ..amqp.topology import mismatch_from_error
 from ..app import App
-from ..brokers import facts_for, server_properties, version_from_server_properties
 from ..settings import TLS, broker_urls, redact_url, scrub
-from ..topology import mismatch_from_error
-from .doctor import Facts, QueueState
+from .doctor_facts import Facts, QueueState
 
 MANAGEMENT_PORT = 15672
 TIMEOUT = 5.0

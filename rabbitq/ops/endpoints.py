@@ -25,7 +25,8 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 
 from ..errors import ConfigurationError
-from .metrics import DEFAULT_SAMPLE_INTERVAL, Metrics, sample_queues
+from .metrics import Metrics
+from .sampler import DEFAULT_SAMPLE_INTERVAL, sample_queues
 
 if TYPE_CHECKING:
     from ..worker.lifecycle import Worker
@@ -225,7 +226,7 @@ async def serve_metrics(
     metrics.expect(worker.app)
     heartbeat = Heartbeat(stall_after)
     server = EndpointServer(
-        metrics.registry, live=heartbeat.stalled, ready=metrics.not_ready, port=port, bind=bind,
+        metrics.registry, live=heartbeat.stalled, ready=worker.health, port=port, bind=bind,
         detail=metrics.ready_detail,
     )  # fmt: skip
     server.start()

@@ -1,5 +1,6 @@
 """Prometheus metrics: :class:`Metrics` turns worker and publisher hooks into ``rabbitq_*``
-series on an injected registry, and :func:`sample_queues` keeps queue depths current.
+series on an injected registry (:func:`rabbitq.ops.sampler.sample_queues` keeps its
+queue depths current).
 
 Labels are bounded: ``queue``, ``type``, ``outcome``, ``reason``, ``delay``,
 ``exchange``, ``error``, ``kind``, ``version``; never ids or error text. Every metric
@@ -14,18 +15,16 @@ every process is connected), the breaker is the maximum.
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING
 
-from aio_pika.abc import AbstractRobustConnection
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from ..amqp.topology import QueueDepth, delay_label
 from ..hooks import REDECLARE_REASONS, UNKNOWN, Hooks
 from ..retry import EXHAUSTED, INVALID, PERMANENT, UNKNOWN_TYPE
-from ..topology import QueueDepth, delay_label, queue_depths
 
 if TYPE_CHECKING:
     from ..app import App
@@ -41,16 +40,11 @@ DURATION_BUCKETS = (
 LIMIT_WAIT_BUCKETS = (
     0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 600.0,
 )  # fmt: skip
-DEFAULT_SAMPLE_INTERVAL = 5.0
 PUBLISH_ERRORS = ("unroutable", "nacked", "interrupted")  # publisher.error_kind's answers
 # Dead letters whose handler never ran have no handler duration.
 _NOT_RUN = frozenset({INVALID, UNKNOWN_TYPE})
 # Circuit breaker states; only "open" holds the queue paused.
 BREAKER_OPEN = "open"
-# Why a worker is not ready (the body of a 503 from /readyz).
-STARTING = "starting: not consuming yet"
-NOT_CONNECTED = "not connected to RabbitMQ"
-NOT_CONSUMING = "not consuming (stopped or draining)"
 
 
 def _version() -> str:
@@ -66,7 +60,7 @@ class Metrics(Hooks):
     ``registry`` defaults to a new :class:`~prometheus_client.CollectorRegistry`
     of its own, never the global one. Pass it as ``Worker(app, hooks=metrics)`` and
     ``app.publisher(hooks=metrics)``; serve it with :func:`rabbitq.serve_metrics`.
-    It also answers readiness (:meth:`not_ready`): connected and consuming.
+    Readiness is the worker's own (:meth:`rabbitq.Worker.health`), not rebuilt here.
     """
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
@@ -246,11 +240,7 @@ class Metrics(Hooks):
         self.info.labels(_version()).set(1)
         self.connection_up.set(0)
         self.blocked_gauge.set(0)
-        self._blocked: str | None = None
-        self._held: dict[str, str] = {}
-        self._drops: dict[str, str] = {}  # DLQ -> what drops its messages (rabbitq.droprisk)
-        # Readiness; replaced, never mutated, so another thread can read it safely.
-        self._connected = False
+        self._drops: dict[str, str] = {}  # DLQ -> what drops its messages (rabbitq.amqp.droprisk)
         self._consuming_queues: dict[str, bool] = {}
         self._lost = False  # the connection went down while consuming
         self._types: set[str] = set()  # type labels the worker has vouched for
@@ -298,25 +288,6 @@ class Metrics(Hooks):
         self.abandoned_gauge.labels(queue)
         for reason in REDECLARE_REASONS:
             self.redeclared_total.labels(queue, reason)
-
-    # -- readiness ----------------------------------------------------------------
-
-    def not_ready(self) -> str | None:
-        """Why the worker is not ready (one short line), or None when it is connected
-        and consuming every queue it started. Safe to call from any thread."""
-        queues = self._consuming_queues
-        if not queues:
-            return STARTING
-        if not self._connected:
-            return NOT_CONNECTED
-        if self._blocked:
-            return self._blocked
-        held = self._held
-        if held:
-            return "; ".join(f"holding messages of {q}: {why}" for q, why in held.items())
-        if not all(queues.values()):
-            return NOT_CONSUMING
-        return None
 
     # -- hooks ----------------------------------------------------------------------
 
@@ -396,7 +367,6 @@ class Metrics(Hooks):
             self._lost = False
         elif not up and any(self._consuming_queues.values()):
             self._lost = True  # a loss, not the worker closing after it stopped consuming
-        self._connected = up
         self.connection_up.set(1 if up else 0)
 
     def consuming_changed(self, queue: str, consuming: bool) -> None:
@@ -410,12 +380,9 @@ class Metrics(Hooks):
         self.circuit_open.labels(queue).set(1 if state == BREAKER_OPEN else 0)
 
     def connection_blocked(self, reason: str | None) -> None:
-        self._blocked = reason
         self.blocked_gauge.set(1 if reason else 0)
 
     def copies_held(self, queue: str, held: int, reason: str | None) -> None:
-        rest = {q: why for q, why in self._held.items() if q != queue}
-        self._held = {**rest, queue: reason} if held and reason else rest
         self.held_gauge.labels(queue).set(held)
 
     def dlq_checked(self, queue: str, risks: Sequence[object] | None) -> None:
@@ -459,32 +426,3 @@ class Metrics(Hooks):
             if d.exists:
                 self.queue_messages.labels(d.name, d.kind).set(d.messages)
                 self.queue_consumers.labels(d.name).set(d.consumers)
-
-
-async def sample_queues(
-    metrics: Metrics,
-    connection: Callable[[], AbstractRobustConnection | None],
-    specs: Iterable[tuple[str, str]],
-    *,
-    interval: float = DEFAULT_SAMPLE_INTERVAL,
-) -> None:
-    """Every ``interval`` seconds, passively declare each ``(queue, kind)`` on the
-    connection that ``connection()`` returns and record the depths. Runs until
-    cancelled; a round without a usable connection, or that fails, is skipped."""
-    specs = list(specs)
-    failing = False
-    while True:
-        conn = connection()
-        if conn is not None and not conn.is_closed and conn.connected.is_set():
-            try:
-                depths = await asyncio.wait_for(queue_depths(conn, specs), timeout=interval)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # the connection dropped mid-round: try again later
-                if not failing:
-                    log.info("could not sample queue depths (%s); will retry", exc or type(exc))
-                failing = True
-            else:
-                metrics.queues_sampled(depths)
-                failing = False
-        await asyncio.sleep(interval)

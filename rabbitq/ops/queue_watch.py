@@ -8,7 +8,7 @@ the worker declared its queues again:
 - **A DLQ that drops dead letters.** An operator's policy can expire or push out a DLQ's
   messages (``message-ttl``, ``max-length`` with ``overflow: drop-head``, ``expires``):
   the worker dead-letters and acks, the broker drops (issue 20: 50 of 50 gone 2 s
-  later). :func:`rabbitq.droprisk.drop_risks` names each such setting: logged at ERROR
+  later). :func:`rabbitq.amqp.droprisk.drop_risks` names each such setting: logged at ERROR
   when first seen (at start, or when a policy appears) and once more when gone,
   ``rabbitq_dlq_drop_risk{queue}``, and ``/readyz`` (still 200: the worker is fine).
 - **Dead letters the broker holds.** A quorum queue dead-letters at-least-once: what it
@@ -34,9 +34,9 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 from urllib.parse import quote
 
-from ..droprisk import DropRisk, drop_risks, summary
+from ..amqp.droprisk import DropRisk, drop_risks, summary
+from ..amqp.topology import Topology
 from ..settings import Settings, redact_url, scrub
-from ..topology import Topology
 from ..worker.lifecycle import Worker
 from .doctor_probe import Management
 from .metrics import Metrics

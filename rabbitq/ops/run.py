@@ -21,7 +21,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..app import load_app
+from ..app import App, load_app
+from ..hooks import Hooks
 from ..schedule.metrics import ScheduleMetrics
 from ..schedule.runner import Scheduler, beside
 from ..settings import TLS, url_password
@@ -30,7 +31,8 @@ from ..worker.handler_pool import THREAD_PREFIX as HANDLER_THREAD_PREFIX
 from ..worker.lifecycle import DEFAULT_GRACE_PERIOD, Worker
 from . import logs, loop, queue_watch
 from .endpoints import DEFAULT_BIND, serve_metrics
-from .metrics import DEFAULT_SAMPLE_INTERVAL, Metrics, sample_queues
+from .metrics import Metrics
+from .sampler import DEFAULT_SAMPLE_INTERVAL, sample_queues
 from .status import REPORT_INTERVAL, state_code
 
 log = logging.getLogger("rabbitq.worker")
@@ -82,12 +84,17 @@ def build(spec: WorkerSpec, *, metrics: Metrics | None) -> Worker:
     app = load_app(spec.app_spec)
     if metrics is not None and app.status_writer is not None:  # App(status=...)
         app.status_writer.observers.append(StatusMetrics(metrics.registry))
+    return worker_for(app, spec, hooks=metrics)
+
+
+def worker_for(app: App, spec: WorkerSpec, *, hooks: Hooks | None) -> Worker:
+    """A worker for ``app`` (already loaded: the demo builds its own) as ``spec`` says."""
     return Worker(
         app,
         url=spec.url,
         prefetch=spec.prefetch,
         grace_period=spec.grace_period,
-        hooks=metrics,
+        hooks=hooks,
         tls=spec.tls,
         consumer_timeout=spec.consumer_timeout,
     )
@@ -151,7 +158,7 @@ async def _serve(
         await worker.run(install_signal_handlers=True)
         return
     tasks = [
-        asyncio.create_task(_pulse(worker, metrics, child.report, child.supervisor_pid)),
+        asyncio.create_task(_pulse(worker, child.report, child.supervisor_pid)),
         asyncio.create_task(
             sample_queues(
                 metrics,
@@ -171,13 +178,12 @@ async def _serve(
 
 async def _pulse(
     worker: Worker,
-    metrics: Metrics,
     report: Callable[[float, int], None],
     supervisor_pid: int,
 ) -> None:
     """Report a heartbeat and readiness; drain if the supervisor is gone."""
     while True:
-        report(time.monotonic(), state_code(metrics.not_ready()))
+        report(time.monotonic(), state_code(worker.health()))
         if os.getppid() != supervisor_pid:
             logging.getLogger("rabbitq.supervisor").warning("the supervisor is gone: draining")
             worker.stop()

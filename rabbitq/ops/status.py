@@ -7,7 +7,7 @@ read them. The code of a state is its index in :data:`STATES`; code 1 is "ready"
 
 from __future__ import annotations
 
-from .metrics import NOT_CONNECTED, NOT_CONSUMING, STARTING
+from ..worker.consumer import NOT_CONNECTED, NOT_CONSUMING, STARTING
 
 REPORT_INTERVAL = 0.5  # seconds between two reports of a worker process
 STATES: tuple[str | None, ...] = (STARTING, None, NOT_CONNECTED, NOT_CONSUMING)
@@ -16,7 +16,7 @@ UNKNOWN_STATE = len(STATES)
 
 
 def state_code(reason: str | None) -> int:
-    """The number a worker writes for :meth:`Metrics.not_ready`'s answer."""
+    """The number a worker writes for :meth:`Worker.health`'s answer."""
     return STATES.index(reason) if reason in STATES else UNKNOWN_STATE
 
 

@@ -41,9 +41,9 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
 
 from ..amqp.connection import connect
+from ..amqp.topology import Topology, declare
 from ..app import load_app
 from ..settings import TLS
-from ..topology import Topology, declare
 from .endpoints import DEFAULT_STALL_AFTER, EndpointServer
 from .run import Child, WorkerSpec, run_child
 from .status import REPORT_INTERVAL, state_reason

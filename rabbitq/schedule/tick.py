@@ -18,8 +18,7 @@ import aiormq
 from pamqp.commands import Basic
 
 from ..amqp import properties
-from ..codec import CONTENT_TYPE, encode
-from ..message import Message
+from ..message import CONTENT_TYPE, Message, encode
 from . import plan
 from .spec import tick_id
 

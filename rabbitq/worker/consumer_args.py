@@ -4,7 +4,7 @@ RabbitMQ 3.12 and later let one consumer ask for its own delivery-acknowledgemen
 timeout with the ``x-consumer-timeout`` consumer argument (milliseconds); on 4.3 that
 timeout is enforced on quorum queues only, and a consumer that outlives it gets a
 ``basic.cancel`` while its deliveries go back to the queue without raising their
-delivery count (RabbitMQ's 4.3 docs and release notes; see ``rabbitq.brokers``).
+delivery count (RabbitMQ's 4.3 docs and release notes; see ``rabbitq.amqp.brokers``).
 
 The worker knows how long it may hold a delivery: the slowest handler's timeout, plus
 what a rate-limited delivery may wait for its turn. When that is longer than the
@@ -13,7 +13,7 @@ broker-wide ``consumer_timeout`` it knows of, it asks for enough time with
 ever. It never asks for *less* than the broker-wide timeout (a per-queue policy an
 operator set stays in force), and asks nothing when a handler has no timeout (there is
 nothing to size it from). Brokers before 3.12 accept the argument and ignore it
-(verified on 3.10.8), so the start-up warnings of ``rabbitq.worker.limits`` stand there.
+(verified on 3.10.8), so the start-up warnings of ``rabbitq.worker.consumer_timeout`` stand there.
 """
 
 from __future__ import annotations
@@ -23,11 +23,11 @@ import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
-from .limits import DEFAULT_CONSUMER_TIMEOUT, MARGIN, check_timeouts
+from .consumer_timeout import DEFAULT_CONSUMER_TIMEOUT, MARGIN, check_timeouts
 
 if TYPE_CHECKING:
+    from ..amqp.brokers import BrokerFacts
     from ..app import App, Handler
-    from ..brokers import BrokerFacts
     from .admission import Admission
 
 log = logging.getLogger("rabbitq.worker")

@@ -1,6 +1,6 @@
-"""A failed delivery's copy: where it goes and which headers it carries (pure,
-:func:`copy_of`), storing it until the broker has it or handing it back
-(:class:`CopyStore`), and the log line and hook once it is stored (:func:`report_copied`).
+"""Storing a failed delivery's copy (:mod:`rabbitq.amqp.copy` says what it carries and
+where it goes) until the broker has it, or handing it back (:class:`CopyStore`), and
+the log line and hook once it is stored (:func:`report_copied`).
 
 A copy must be confirmed before its original is acked. What the worker does when the
 broker does not take it decides whether a message is lost, loops or waits (issue 11):
@@ -38,14 +38,14 @@ from typing import Any
 from aio_pika.abc import AbstractChannel
 from pamqp.commands import Basic
 
-from .. import headers as h
 from ..amqp.confirm import send_confirmed
 from ..errors import PublishInterrupted, PublishNacked, Unroutable
 from ..hooks import UNKNOWN, UNROUTABLE_COPY, Hooks
 from ..retry import DeadLetter, Retry
-from ..topology import Topology
+from .consumer import COPIES_HELD, Pausable
 from .delivery import Incoming
-from .dispatch import Outcome, resolve_type
+from .dispatch import resolve_type
+from .outcome import Outcome
 
 log = logging.getLogger("rabbitq.worker")
 
@@ -67,9 +67,9 @@ class CopyStore:
     """Sends one app's copies and holds those the broker does not take yet.
 
     ``channel()`` is the confirming channel to publish on; ``redeclare(reason)`` declares
-    the app's topology again; ``pause()``/``resume()`` stop and restart the consumer;
-    ``stopping()`` tells when the worker shuts down (a held copy then gives up, and its
-    original goes back to the queue).
+    the app's topology again; ``consumer`` is paused while any copy is held, and tells
+    when the worker stops (a held copy then gives up, and its original goes back to the
+    queue).
     """
 
     def __init__(
@@ -79,9 +79,7 @@ class CopyStore:
         *,
         channel: Callable[[], AbstractChannel | None],
         redeclare: Callable[[str], Awaitable[None]],
-        pause: Callable[[], Awaitable[None]],
-        resume: Callable[[], None],
-        stopping: Callable[[], bool],
+        consumer: Pausable,
         renew: Callable[[], Awaitable[None]],
         hooks: Hooks,
         deadline: float = COPY_DEADLINE,
@@ -90,9 +88,7 @@ class CopyStore:
         self.own_queues = frozenset(own_queues)
         self._channel = channel
         self._redeclare = redeclare
-        self._pause = pause
-        self._resume = resume
-        self._stopping = stopping
+        self._consumer = consumer
         self._renew = renew
         self._hooks = hooks
         self.deadline = deadline
@@ -127,21 +123,21 @@ class CopyStore:
                         f"no confirm for the copy to {target} within {self.deadline:g}s "
                         "(is the broker blocking publishers?)"
                     )
-                if self._stopping():
+                if self._consumer.stopping:
                     raise PublishInterrupted(f"stopping while the copy was held: {reason}")
                 if not holding:
                     holding = True
-                    await self._hold(+1, reason)
+                    self._hold(+1, reason)
                 redeclared = False
                 await asyncio.sleep(next(waits))
                 await self._renew()
-                if self._stopping():
+                if self._consumer.stopping:
                     raise PublishInterrupted(f"stopping while the copy was held: {reason}")
         finally:
             if holding:
-                await self._hold(-1, None)
+                self._hold(-1, None)
 
-    async def _hold(self, change: int, reason: str | None) -> None:
+    def _hold(self, change: int, reason: str | None) -> None:
         self.held += change
         if change > 0:
             self.reason = reason
@@ -151,41 +147,12 @@ class CopyStore:
                 reason,
             )
         self._hooks.copies_held(self.queue, self.held, self.reason if self.held else None)
-        if change > 0 and self.held == 1:
-            await self._pause()
-            self._hooks.consuming_changed(self.queue, False)
-        elif self.held == 0:
+        if self.held:
+            self._consumer.pause(COPIES_HELD, f"holding messages of {self.queue}: {self.reason}")
+        else:
             self.reason = None
             log.warning("no message of %r held any more: consuming again", self.queue)
-            self._resume()  # reports consuming_changed once it consumes
-
-
-def copy_of(
-    delivery: Incoming, outcome: Outcome, topology: Topology, queue: str
-) -> tuple[str, dict[str, Any]]:
-    """The queue a retry or DLQ copy of ``delivery`` goes to, and its headers (pure)."""
-    decision = outcome.decision
-    if isinstance(decision, Retry):
-        headers = h.retry_headers(
-            delivery.headers,
-            next_attempt=decision.next_attempt,
-            error=outcome.error or "",
-            exchange=delivery.exchange or "",
-            routing_key=delivery.routing_key or "",
-        )
-        return topology.retry_queue(decision.delay_ms).name, headers
-    assert isinstance(decision, DeadLetter)
-    headers = h.dead_letter_headers(
-        delivery.headers,
-        reason=decision.reason,
-        error=outcome.error or "",
-        traceback=outcome.traceback,
-        queue=queue,
-        attempt=outcome.attempt,
-        exchange=delivery.exchange or "",
-        routing_key=delivery.routing_key or "",
-    )
-    return topology.dlq.name, headers
+            self._consumer.resume(COPIES_HELD)
 
 
 def report_copied(

@@ -26,8 +26,8 @@ from collections.abc import Callable
 
 from aio_pika.abc import AbstractRobustChannel, AbstractRobustConnection
 
+from ..amqp.topology import Topology, declare
 from ..hooks import CONSUMER_CANCELLED, Hooks
-from ..topology import Topology, declare
 from .copies import COPY_DEADLINE, close_later
 
 log = logging.getLogger("rabbitq.worker")

@@ -8,9 +8,9 @@ delivery to the broker, which redelivers it. Nothing is acked that is not safe.
 Acks are coalesced into multiple-acks by :mod:`rabbitq.worker.acks`, which is handed a
 delivery only once its outcome is safe.
 
-The worker consumes on aiormq's channel under aio-pika's robust one (see
-:mod:`rabbitq.worker.delivery` for why), so it consumes again itself whenever aio-pika
-reopens that channel (a reconnect, a channel error) or the broker cancels it.
+The worker only wires: :class:`~rabbitq.worker.consumer.Consumer` owns the consumer,
+why it is paused and the readiness that follows; :class:`~rabbitq.worker.copies.CopyStore`
+stores copies; :class:`~rabbitq.worker.keeper.Keeper` keeps the topology.
 """
 
 from __future__ import annotations
@@ -21,40 +21,41 @@ import functools
 import logging
 import signal
 from collections.abc import Sequence
-from typing import Any
 
 import aiormq.abc
-from aio_pika.abc import AbstractRobustChannel, AbstractRobustConnection
+from aio_pika.abc import AbstractRobustConnection
 
-from .. import brokers, orphans
-from ..amqp import properties
+from ..amqp import brokers, orphans
 from ..amqp.blocked import BlockedWatch
-from ..amqp.connection import RECONNECT_INTERVAL, connect
+from ..amqp.connection import connect
+from ..amqp.topology import Topology, declare
 from ..app import App
-from ..breaker import OPEN, BreakerGuard
 from ..effects.followups import FollowUp
 from ..effects.sender import send_follow_ups
-from ..errors import ConfigurationError, HandlerNotStarted, PublishError
-from ..hooks import CONSUMER_CANCELLED, UNKNOWN, Hooks, combine
-from ..retry import DeadLetter, Retry
+from ..effects.store import close_stores
+from ..errors import ConfigurationError, HandlerNotStarted
+from ..hooks import UNKNOWN, Hooks, combine
 from ..settings import TLS, Settings, redact_url
-from ..topology import Topology, declare
-from ..tracing.base import NO_DELIVERY, DeliverySpan
-from . import consumer_args, dispatch, limits, outcome_log
+from ..tracing.base import NO_DELIVERY
+from . import consumer_args
 from .acks import Acker
 from .admission import Admission
-from .copies import CopyStore, copy_of, report_copied
+from .breaker_guard import BreakerGuard
+from .consumer import BROKER_BLOCKED, CLOSE_TIMEOUT, NOT_CONSUMING, STOPPING, Consumer
+from .consumer_timeout import on_channel_closed
+from .copies import CopyStore
 from .delivery import Incoming
-from .dispatch import Outcome, limit_failure, process, resolve_type, trace_delivery
+from .dispatch import attempt_of, process, resolve_type
 from .handler_pool import HandlerPool, report_abandoned, report_returned
 from .keeper import Keeper
+from .outcome import failed
+from .settle import REQUEUE_BACKOFF, Settler
+from .spans import trace_delivery
 from .stopping import unless_stopped
 
 log = logging.getLogger("rabbitq.worker")
 
 DEFAULT_GRACE_PERIOD = 30.0
-CLOSE_TIMEOUT = 5.0  # closing waits at most this long (0.5 s while the broker blocks us)
-REQUEUE_BACKOFF = 1.0  # after a copy failed (connection lost), wait before returning it
 
 
 class Worker:
@@ -84,7 +85,7 @@ class Worker:
         self.app = app
         self.url = app.resolved_url(url)
         self.tls = tls or app.tls
-        # the broker's delivery-ack timeout, if known (see rabbitq.worker.limits)
+        # the broker's delivery-ack timeout, if known (see rabbitq.worker.consumer_timeout)
         self.consumer_timeout = (
             Settings.from_env().consumer_timeout if consumer_timeout is None else consumer_timeout
         )
@@ -99,23 +100,28 @@ class Worker:
             abandoned=functools.partial(report_abandoned, self.hooks, self._queue_name),
             returned=functools.partial(report_returned, self.hooks, self._queue_name),
         )
-        self.keeper = Keeper(self.topology, self.hooks, declaring=lambda: self._consume_channel,
-                             connection=lambda: self._connection)  # fmt: skip
+        self.keeper = Keeper(
+            self.topology,
+            self.hooks,
+            declaring=lambda: self.consumer.channel,
+            connection=lambda: self._connection,
+        )
+        self.consumer = Consumer(
+            self._queue_name, self._on_delivery, self.hooks, redeclare=self.keeper.redeclare
+        )
         self._copies = CopyStore(
-            self._queue_name, (q.name for q in self.topology.queues),
-            channel=lambda: self.keeper.copy_channel, redeclare=self.keeper.redeclare,
-            pause=self._cancel_consumer, resume=lambda: self._resume(delay=0),
-            stopping=lambda: self._stopping, renew=self.keeper.renew_copy_channel,
+            self._queue_name,
+            (q.name for q in self.topology.queues),
+            channel=lambda: self.keeper.copy_channel,
+            redeclare=self.keeper.redeclare,
+            consumer=self.consumer,
+            renew=self.keeper.renew_copy_channel,
             hooks=self.hooks,
-        )  # fmt: skip
-        self._blocked = BlockedWatch(self.hooks.connection_blocked)
+        )
+        self._settler = Settler(self._queue_name, self.topology, self._copies, self.hooks)
+        self._blocked = BlockedWatch(self._on_blocked)
         self._watching: asyncio.Task[None] | None = None
         self._connection: AbstractRobustConnection | None = None
-        self._consume_channel: AbstractRobustChannel | None = None
-        # The aiormq channel we consume on, and our consumer's tag there.
-        self._consuming_on: aiormq.abc.AbstractChannel | None = None
-        self._consumer_tag: str | None = None
-        self._resuming: asyncio.Task[None] | None = None
         self._coalesce_acks = coalesce_acks
         self._acker: Acker | None = None  # the acks of the current consume channel
         self._tasks: set[asyncio.Task[None]] = set()  # every delivery not yet settled
@@ -124,17 +130,9 @@ class Worker:
         self.admission = Admission.for_app(app, prefetch=self.prefetch, hooks=self.hooks)
         self.tracing = app.tracing
         self._stop = asyncio.Event()
-        self._stopping = False
-        self.ready = asyncio.Event()
         breakers = {name: h.breaker for name, h in self._handlers.items() if h.breaker}
         self.breakers = (
-            BreakerGuard(
-                self._queue_name,
-                breakers,
-                pause=self._cancel_consumer,
-                resume=self._consume,
-                hooks=self.hooks,
-            )
+            BreakerGuard(self._queue_name, breakers, consumer=self.consumer, hooks=self.hooks)
             if breakers
             else None
         )
@@ -150,23 +148,19 @@ class Worker:
         self._connection.close_callbacks.add(self._on_connection_lost)
         self._connection.reconnect_callbacks.add(self._on_reconnected)
         self.hooks.connection_changed(True)
-        self._consumer_args = consumer_args.at_start(self, brokers.log_broker(self._connection))
+        self.consumer.arguments = consumer_args.at_start(self, brokers.log_broker(self._connection))
         try:
-            self._consume_channel = await self._connection.channel(publisher_confirms=False)
-            await self._consume_channel.set_qos(prefetch_count=self.admission.broker_prefetch)
+            channel = await self.consumer.open(self._connection, self.admission.broker_prefetch)
             self.hooks.prefetch_changed(self._queue_name, self.prefetch)
             await self.keeper.open_copy_channel()
             # Declared on the robust channel, so aio-pika re-declares it on reconnect.
-            await declare(self._consume_channel, self.topology)
-            self._consume_channel.close_callbacks.add(limits.on_channel_closed)  # not before
+            await declare(channel, self.topology)
+            channel.close_callbacks.add(on_channel_closed)  # not before
             await orphans.report(self._connection, self.topology, log, app_spec=self.app.loaded_as)
-            await self._consume()
-            self._consume_channel.reopen_callbacks.add(self._on_reopened)
+            await self.consumer.start()
         except BaseException:
             await self._close_connection()
             raise
-        self.hooks.consuming_changed(self._queue_name, True)
-        self.ready.set()
         self._watching = asyncio.create_task(self._blocked.run(lambda: self._connection))
         log.info(
             "consuming %r on %s (prefetch %d, types: %s)",
@@ -180,6 +174,15 @@ class Worker:
     def connection(self) -> AbstractRobustConnection | None:
         """The broker connection while the worker runs (for sampling queue depths)."""
         return self._connection
+
+    @property
+    def ready(self) -> asyncio.Event:
+        """Set while the worker is ready (:meth:`health` is None)."""
+        return self.consumer.ready
+
+    def health(self) -> str | None:
+        """Why the worker is not ready (one line for ``/readyz``), or None; any thread."""
+        return self.consumer.health()
 
     def stop(self) -> None:
         """Ask :meth:`run` to drain and return. Safe to call from a signal handler."""
@@ -210,14 +213,12 @@ class Worker:
     async def shutdown(self) -> None:
         """Stop taking deliveries, let handlers finish within the grace period, requeue
         the rest, close. Idempotent."""
-        if self._stopping:
+        if self.consumer.stopping:
             return
-        self._stopping = True
-        self.ready.clear()
+        self.consumer.pause(STOPPING, NOT_CONSUMING)
         if self.breakers is not None:
             self.breakers.close()  # deliveries waiting for a probe's verdict go back
-        await self._cancel_consumer()
-        self.hooks.consuming_changed(self._queue_name, False)
+        await self.consumer.stop()
         self.admission.cancel_waiting()  # not started: back to the queue now
         if self._tasks:
             log.info(
@@ -232,7 +233,7 @@ class Worker:
         if self._tasks:
             # Settling is short, unless the broker blocks us or holds copies back: those
             # are cancelled; unsettled deliveries go back when the connection closes.
-            settle = 1.0 if self._blocked.blocked or self._copies.held else 10.0
+            settle = 1.0 if self.consumer.blocked or self._copies.held else 10.0
             await asyncio.wait(list(self._tasks), timeout=settle)
             for task in [t for t in self._tasks if not t.done()]:
                 task.cancel()
@@ -240,83 +241,31 @@ class Worker:
             self._watching.cancel()
         if self._acker is not None:
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(0.5 if self._blocked.blocked else CLOSE_TIMEOUT):
+                async with asyncio.timeout(0.5 if self.consumer.blocked else CLOSE_TIMEOUT):
                     await self._acker.flush()  # the acks still waiting to be coalesced
         connected = self._connection is not None
         await self._close_connection()
         self._executor.shutdown()
         await self.admission.close()
-        await dispatch.close_stores(self._handlers, self.app.tracing)  # after the handlers
+        # after the handlers; a store opens again on its next use; then the status
+        # records still queued (App(status=...)) are flushed
+        await close_stores(h.idempotency for h in self._handlers.values())
+        await self.app.tracing.flush()
         if connected:  # a worker that never connected just reports the error
             log.info("worker for %r stopped", self._queue_name)
 
-    async def _consume(self) -> None:
-        """basic.consume on the robust channel's current aiormq channel, unless the
-        worker is stopping or a circuit breaker holds the queue paused."""
-        if self._stopping or (self.breakers is not None and self.breakers.state == OPEN):
-            return
-        if self._copies.held:
-            return  # resumed when no message is held any more
-        assert self._consume_channel is not None
-        channel = await self._consume_channel.get_underlay_channel()
-        args = self._consumer_args
-        ok = await channel.basic_consume(self._queue_name, self._on_delivery, arguments=args)
-        channel.on_consumer_cancel_callbacks.add(self._on_consumer_cancelled)
-        self._consuming_on, self._consumer_tag = channel, ok.consumer_tag
-
-    def _on_reopened(self, _sender: object) -> None:
-        # aio-pika reopened the channel (and re-declared the topology): consume on it.
-        self._resume(delay=0)
-
-    def _on_consumer_cancelled(self, frame: Any) -> None:
-        if self._stopping or frame.consumer_tag != self._consumer_tag:
-            return
-        log.error("the broker cancelled the consumer of %r (queue deleted?)", self._queue_name)
-        self.ready.clear()
-        self.hooks.consuming_changed(self._queue_name, False)
-        self._resume(delay=0, declare_again=True)  # at once: retries expire into this queue
-
-    def _resume(self, *, delay: float, declare_again: bool = False) -> None:
-        if self._stopping or (self._resuming is not None and not self._resuming.done()):
-            return
-        self._resuming = asyncio.create_task(self._consume_again(delay, declare_again))
-
-    async def _consume_again(self, delay: float, declare_again: bool) -> None:
-        """Consume again, every RECONNECT_INTERVAL until it works or the worker stops."""
-        while not self._stopping:
-            await asyncio.sleep(delay)
-            try:
-                if declare_again:
-                    await self.keeper.redeclare(CONSUMER_CANCELLED)
-                await self._consume()
-            except Exception as exc:
-                log.warning("could not consume %r again (%s); retrying", self._queue_name, exc)
-                delay = RECONNECT_INTERVAL
-                continue
-            if not self._stopping:
-                self.ready.set()
-                self.hooks.consuming_changed(self._queue_name, True)
-                log.info("consuming %r again", self._queue_name)
-            return
-
-    async def _cancel_consumer(self) -> None:
-        if self._resuming is not None:
-            self._resuming.cancel()
-        channel, tag = self._consuming_on, self._consumer_tag
-        if channel is None or tag is None or channel.is_closed:
-            return
-        self._consumer_tag = None
-        try:
-            async with asyncio.timeout(0.5 if self._blocked.blocked else CLOSE_TIMEOUT):
-                await channel.basic_cancel(tag)
-        except Exception as exc:  # the connection may already be gone; closing requeues all
-            log.warning("could not cancel the consumer cleanly: %s", exc)
+    def _on_blocked(self, why: str | None) -> None:
+        self.hooks.connection_blocked(why)
+        if why:
+            self.consumer.pause(BROKER_BLOCKED, why)
+        else:
+            self.consumer.resume(BROKER_BLOCKED)
 
     async def _close_connection(self) -> None:
         if self._connection is not None:
             self._connection.close_callbacks.discard(self._on_connection_lost)
             try:
-                async with asyncio.timeout(0.5 if self._blocked.blocked else CLOSE_TIMEOUT):
+                async with asyncio.timeout(0.5 if self.consumer.blocked else CLOSE_TIMEOUT):
                     await self._connection.close()
             except TimeoutError:
                 # A blocked broker does not read our close: the process's exit (or the
@@ -328,15 +277,16 @@ class Worker:
             self.hooks.connection_changed(False)
 
     def _on_connection_lost(self, _sender: object, exc: BaseException | None) -> None:
-        if self._stopping:
+        if self.consumer.stopping:
             return
-        self.ready.clear()
-        self.hooks.connection_changed(False)
+        self.hooks.connection_changed(False)  # first: the metrics count it as a loss
+        self.consumer.connection_changed(False)
         log.warning("connection to RabbitMQ lost (%s); reconnecting", exc or "closed")
 
     def _on_reconnected(self, _sender: object) -> None:
-        # Ready again once the consumer is back (_consume_again, from _on_reopened).
+        # Ready again once the consumer is back (it consumes when the channel reopens).
         self.hooks.connection_changed(True)
+        self.consumer.connection_changed(True)
         log.info("reconnected to RabbitMQ")
 
     # -- one delivery ------------------------------------------------------------
@@ -353,9 +303,9 @@ class Worker:
     async def _on_delivery(self, message: aiormq.abc.DeliveredMessage) -> None:
         delivery = Incoming(message)
         acker = self._acker_for(delivery)
-        if self._stopping:
+        if self.consumer.stopping:
             # Arrived between basic.cancel and its confirmation: give it back.
-            await self._nack(delivery, resolve_type(delivery, self._queue_name), acker)
+            await self._settler.nack(delivery, resolve_type(delivery, self._queue_name), acker)
             return
         # The handler runs in a task of our own, not in aiormq's delivery task: aiormq
         # cancels its tasks when the channel closes, and a lost connection must not
@@ -370,22 +320,23 @@ class Worker:
         task = asyncio.current_task()
         assert task is not None
         type_name = resolve_type(delivery, self._queue_name)
+        attempt = attempt_of(delivery)
         self.hooks.received(self._queue_name, type_name if type_name in self._handlers else UNKNOWN)
         span = NO_DELIVERY
         if self.tracing.enabled:
-            span = trace_delivery(self.tracing, delivery, self._queue_name, type_name)
+            span = trace_delivery(self.tracing, delivery, self._queue_name, type_name, attempt)
         if self.admission:
             try:
                 await self.admission.enter(type_name)
             except asyncio.CancelledError:  # shutdown while waiting for its turn
                 self._handling.discard(task)
-                await self._nack(delivery, type_name, acker)
+                await self._settler.nack(delivery, type_name, acker)
                 span.end("requeued")
                 raise
             except Exception as exc:  # a shared limiter is down: a failed attempt
                 self._handling.discard(task)
-                outcome = limit_failure(self._handlers, delivery, type_name, exc)
-                await self._settle_safely(delivery, outcome, type_name, acker, span)
+                outcome = failed(self._handlers[type_name].retry, type_name, attempt, exc)
+                await self._settler.settle(delivery, outcome, type_name, acker, span)
                 return
         self.hooks.handler_started(self._queue_name)
         try:
@@ -395,7 +346,9 @@ class Worker:
                     delivery.message_id or "(no message_id)",
                 )
             if self.breakers is not None and not await self.breakers.admit(type_name):
-                await self._nack(delivery, type_name, acker)  # circuit open: back, no attempt used
+                await self._settler.nack(
+                    delivery, type_name, acker
+                )  # circuit open: back, no attempt used
                 span.end("requeued")
                 return
             with span.activate():
@@ -405,97 +358,29 @@ class Worker:
                     delivery,
                     self._executor,
                     type_name,
+                    attempt=attempt,
                     send=self._send_follow_ups,
                     outbox=self.app.outbox,
                 )
             if self.breakers is not None and not outcome.busy:
                 self.breakers.record(type_name, outcome.decision)
         except asyncio.CancelledError:  # shutdown after the grace period
-            await self._nack(delivery, type_name, acker)
+            await self._settler.nack(delivery, type_name, acker)
             span.end("requeued")
             raise
         except HandlerNotStarted as exc:  # no thread, and no retry tier to wait in
             log.warning("message %s not run: %s", delivery.message_id or "-", exc)
             await asyncio.sleep(REQUEUE_BACKOFF)
-            await self._nack(delivery, type_name, acker)
+            await self._settler.nack(delivery, type_name, acker)
             return
         finally:
             self._handling.discard(task)
             self.hooks.handler_finished(self._queue_name)
             if self.admission:
                 self.admission.leave(type_name)
-        await self._settle_safely(delivery, outcome, type_name, acker, span)
-
-    async def _settle_safely(
-        self, delivery: Incoming, outcome: Outcome, type_name: str, acker: Acker, span: DeliverySpan
-    ) -> None:
-        try:
-            await self._settle(delivery, outcome, type_name, acker, span)
-        except Exception:  # a bug must not leave a delivery unsettled until the channel dies
-            log.exception("could not settle message %s; returning it", delivery.message_id or "-")
-            await asyncio.sleep(REQUEUE_BACKOFF)
-            await self._nack(delivery, type_name, acker, failed=True)  # counted, on 4.3 too
-            span.end("requeued")
-
-    async def _settle(
-        self, delivery: Incoming, outcome: Outcome, type_name: str, acker: Acker, span: DeliverySpan
-    ) -> None:
-        """Ack, or store a confirmed copy and then ack; ``type_name`` is the resolved type,
-        written to the copy (a retried message comes back with the queue as routing key)."""
-        decision = outcome.decision
-        queue = self._queue_name
-        if not isinstance(decision, Retry | DeadLetter):
-            if outcome.duplicate:
-                outcome_log.duplicate(delivery, outcome)
-                self.hooks.duplicate(queue, outcome.type_name)
-                span.duplicate()
-            span.end("success")
-            done = functools.partial(
-                self.hooks.succeeded, queue, outcome.type_name, outcome.duration
-            )
-            acker.ack(delivery.delivery_tag, outcome_log.handled(done, delivery, outcome))
-            return
-        target, headers = copy_of(delivery, outcome, self.topology, queue)
-        if isinstance(decision, Retry):
-            span.retried(decision.label, decision.next_attempt, decision.deferred, outcome.error)
-        else:
-            span.dead_lettered(decision.reason, outcome.error)
-        span.copied(headers)
-        try:
-            await self._copies.store(
-                target, delivery.body, properties.copy(delivery, type_name, headers)
-            )
-        except PublishError as exc:
-            log.error(
-                "could not store message %s in %s (%s); returning it to %r",
-                delivery.message_id or "(no message_id)",
-                target,
-                exc,
-                queue,
-            )
-            await asyncio.sleep(REQUEUE_BACKOFF)
-            await self._nack(delivery, outcome.type_name, acker)
-            span.end("requeued", outcome.error)
-            return
-        span.end("retried" if isinstance(decision, Retry) else "dead_lettered", outcome.error)
-        # If the ack cannot be sent, the copy is stored and the original will be
-        # redelivered: a duplicate, and no hook is called.
-        acker.ack(
-            delivery.delivery_tag,
-            functools.partial(report_copied, self.hooks, queue, delivery, outcome, target),
-        )
+        await self._settler.settle(delivery, outcome, type_name, acker, span)
 
     async def _send_follow_ups(self, follow_ups: Sequence[FollowUp]) -> None:
         """Publish a succeeded handler's follow-ups, confirmed, before its ack."""
         assert (channel := self.keeper.copy_channel) is not None
         await send_follow_ups(channel, self.app.exchange, follow_ups, self.hooks, self.app.tracing)
-
-    async def _nack(
-        self, delivery: Incoming, type_name: str, acker: Acker, failed: bool = False
-    ) -> None:
-        if not await (acker.reject if failed else acker.nack)(delivery.delivery_tag):
-            log.warning(
-                "could not return message %s: the broker will redeliver it",
-                delivery.message_id or "(no message_id)",
-            )
-        self.hooks.requeued(self._queue_name, type_name)

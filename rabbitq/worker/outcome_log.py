@@ -8,7 +8,7 @@ import logging
 from collections.abc import Callable
 
 from .delivery import Incoming
-from .dispatch import Outcome
+from .outcome import Outcome
 
 log = logging.getLogger("rabbitq.worker")
 

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from pamqp import commands, encode, header
 from pamqp import decode as pamqp_decode
 
-from rabbitq import headers as h
+from rabbitq.amqp import headers as h
 from rabbitq.amqp import wire
 
 # pamqp's decoder as shipped, in a module of its own that install() never touches.

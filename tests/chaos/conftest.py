@@ -13,6 +13,9 @@ import pytest
 
 from ..broker_node import BrokerNode
 
+# test_once.py uses the effects tests' PostgreSQL fixtures.
+from ..effects.conftest import pg, prefix  # noqa: F401
+
 
 @pytest.fixture(scope="session")
 def chaos_node() -> Iterator[BrokerNode]:

@@ -27,10 +27,10 @@ from prometheus_client import CollectorRegistry
 
 from rabbitq import App, Context, Hooks, Message, PublishError, RetryPolicy, Worker
 from rabbitq import dlq as dlq_lib
+from rabbitq.amqp.topology import dlq_arguments
 from rabbitq.dlq.message import reason_of
 from rabbitq.errors import DlqError
 from rabbitq.ops.metrics import Metrics
-from rabbitq.topology import dlq_arguments
 
 from ..broker_node import BrokerNode
 from ..helpers import declare_topology, delete_app_objects, queue_depth, running, wait_for
@@ -193,8 +193,8 @@ async def same_id_publishes(node: BrokerNode, *, queue_type: str, pairs: int = 1
     from pamqp.commands import Basic
 
     from rabbitq.amqp.confirm import send_confirmed
+    from rabbitq.amqp.topology import plan
     from rabbitq.errors import Unroutable
-    from rabbitq.topology import plan
 
     started = time.monotonic()
     name = f"chaos.{uuid.uuid4().hex[:8]}"
@@ -369,11 +369,12 @@ async def dlq_policy(
         )  # fmt: skip
         try:
             await asyncio.sleep(1.0)  # the policy reaches the queue
-            async with running(Worker(run.app, grace_period=5, hooks=[counts, metrics])):
+            worker = Worker(run.app, grace_period=5, hooks=[counts, metrics])
+            async with running(worker):
                 await publish_with(run, messages)
                 await asyncio.sleep(5)
                 full = await queue_depth(run.connection, dlq)
-                why = metrics.not_ready()
+                why = worker.health()
                 await asyncio.to_thread(node.ctl, "clear_operator_policy", policy)
                 await run.collect()
                 await run.settle(timeout=settle)

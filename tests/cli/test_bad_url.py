@@ -6,14 +6,12 @@ nothing and never returned. Real subprocesses, so a hang is a failed test.
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.helpers import one_line_error, run_cli
+
 APP = "examples.email_service:app"
 BODY = '{"to": "a@example.com", "subject": "hi", "body": "x"}'
 
@@ -36,25 +34,14 @@ BAD_URLS = [
 
 
 def rabbitq(*args: str, env_url: str | None = None) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k != "RABBITQ_URL"}
-    if env_url is not None:
-        env["RABBITQ_URL"] = env_url
-    return subprocess.run(
-        [sys.executable, "-m", "rabbitq", *args],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
+    return run_cli(*args, url=env_url, timeout=30)
 
 
 def assert_one_line_error(result: subprocess.CompletedProcess[str], words: str) -> None:
     assert result.returncode == 1, result.stderr
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1, result.stderr
-    assert lines[0].startswith("Error: invalid broker URL"), lines[0]
-    assert words in lines[0]
+    line = one_line_error(result.stderr)
+    assert line.startswith("Error: invalid broker URL"), line
+    assert words in line
     assert "s3cret" not in result.stderr + result.stdout
 
 

@@ -18,6 +18,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from rabbitq.cli import main
+from tests.helpers import one_line_error
 
 UNREACHABLE = "amqp://user:s3cretpw@127.0.0.1:1/"
 APP = "rq_unit_cli_app:app"
@@ -79,12 +80,7 @@ def run(*args: str, input: str | None = None, env: dict[str, str] | None = None)
 def assert_one_line_error(result: Result, exit_code: int = 1) -> str:
     """The command failed with ``exit_code`` and said why in one ``Error:`` line."""
     assert result.exit_code == exit_code, result.output
-    # A worker logs that it is connecting (INFO) before it can fail to.
-    lines = [line for line in result.output.strip().splitlines() if " INFO " not in line]
-    assert len(lines) == 1, result.output
-    assert lines[0].startswith("Error: "), result.output
-    assert "Traceback" not in result.output
-    return lines[0]
+    return one_line_error(result.output)
 
 
 # -- help ----------------------------------------------------------------------------

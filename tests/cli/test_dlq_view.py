@@ -7,16 +7,10 @@ import io
 
 from rich.console import Console
 
-from rabbitq import headers as h
-from rabbitq.cli.dlq_view import (
-    body_text,
-    escape,
-    json_line,
-    message_detail,
-    message_table,
-    tally_text,
-)
+from rabbitq.amqp import headers as h
+from rabbitq.cli.dlq_view import json_line, message_detail, message_table, tally_text
 from rabbitq.dlq import DeadMessage, Tally
+from rabbitq.dlq.text import body_text, escape
 
 HOSTILE = "ok\x1b[2J\x1b]0;owned\x07\r\u202egnp.exe\x9b[31m [bold red]markup[/]"
 

@@ -3,7 +3,6 @@ through the real command: click's runner, or a subprocess where the exit matters
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
@@ -14,6 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from rabbitq.cli import main
+from tests.helpers import run_cli
 
 ROOT = Path(__file__).resolve().parents[2]
 APP = "examples.email_service:app"
@@ -21,16 +21,7 @@ DEAD_URL = "amqp://guest:guest@127.0.0.1:1/"
 
 
 def rabbitq(*args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k != "RABBITQ_URL"}
-    env["COLUMNS"] = "100"
-    return subprocess.run(
-        [sys.executable, "-m", "rabbitq", *args],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    return run_cli(*args, columns=100, timeout=60)
 
 
 def help_of(*path: str) -> str:

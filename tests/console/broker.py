@@ -13,8 +13,8 @@ import aio_pika
 import orjson
 
 from rabbitq import App
-from rabbitq import headers as h
-from rabbitq.topology import declare
+from rabbitq.amqp import headers as h
+from rabbitq.amqp.topology import declare
 
 from ..helpers import delete_app_objects
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import uvicorn
 from starlette.applications import Starlette
 
+from rabbitq.cli.console import listen
 from rabbitq.console import create_app
-from rabbitq.console.cli import listen
 from rabbitq.console.security import Guard
 from rabbitq.console.state import Config
 from rabbitq.console.targets import Target

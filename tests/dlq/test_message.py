@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from rabbitq import headers as h
+from rabbitq.amqp import headers as h
 from rabbitq.dlq import (
     DeadMessage,
     Filters,

@@ -5,9 +5,10 @@ from __future__ import annotations
 from dataclasses import replace
 
 from rabbitq import App, Message, RetryPolicy
-from rabbitq.brokers import BrokerVersion, facts_for
-from rabbitq.ops.doctor import Facts, QueueState, diagnose, worst
-from rabbitq.topology import plan
+from rabbitq.amqp.brokers import BrokerVersion, facts_for
+from rabbitq.amqp.topology import plan
+from rabbitq.ops.doctor import diagnose, worst
+from rabbitq.ops.doctor_facts import Facts, QueueState
 
 
 class Ping(Message, type="doctor.ping"):

@@ -122,7 +122,7 @@ async def test_serve_metrics_needs_the_worker_to_report_to_the_same_metrics():
 
 
 def test_worker_states_survive_the_trip_through_shared_memory():
-    from rabbitq.ops.metrics import NOT_CONNECTED, NOT_CONSUMING, STARTING
+    from rabbitq.worker.consumer import NOT_CONNECTED, NOT_CONSUMING, STARTING
 
     for reason in (None, STARTING, NOT_CONNECTED, NOT_CONSUMING):
         assert state_reason(state_code(reason)) == reason

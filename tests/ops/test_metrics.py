@@ -5,8 +5,7 @@ from __future__ import annotations
 from prometheus_client import REGISTRY, CollectorRegistry
 
 from rabbitq import App, Message, Metrics, RetryPolicy
-from rabbitq.ops.metrics import NOT_CONNECTED, NOT_CONSUMING, STARTING
-from rabbitq.topology import QueueDepth
+from rabbitq.amqp.topology import QueueDepth
 
 CONTRACT = {
     "rabbitq_messages_received": "counter",
@@ -117,23 +116,19 @@ def test_in_flight_prefetch_breaker_and_publishes():
     )
 
 
-def test_readiness_follows_connection_and_consuming_and_a_loss_then_up_is_a_reconnect():
+def test_a_loss_then_up_is_a_reconnect_and_a_drain_is_not():
+    # (readiness itself is the worker's: tests/worker/test_consumer.py)
     m = Metrics()
-    assert m.not_ready() == STARTING
     m.connection_changed(True)
-    assert m.not_ready() == STARTING
     m.consuming_changed("q", True)
-    assert m.not_ready() is None
     assert value(m, "rabbitq_consuming", queue="q") == 1
     m.connection_changed(False)  # lost while consuming
-    assert m.not_ready() == NOT_CONNECTED
     assert value(m, "rabbitq_connection_up") == 0
     m.connection_changed(True)
-    assert m.not_ready() is None
     assert value(m, "rabbitq_reconnects_total") == 1
     # a drain: stop consuming, then close; neither is a loss
     m.consuming_changed("q", False)
-    assert m.not_ready() == NOT_CONSUMING
+    assert value(m, "rabbitq_consuming", queue="q") == 0
     m.connection_changed(False)
     m.connection_changed(True)
     assert value(m, "rabbitq_reconnects_total") == 1
@@ -194,21 +189,16 @@ def test_the_info_metric_carries_the_version():
     assert value(m, "rabbitq_info", version=rabbitq.__version__) == 1
 
 
-def test_readiness_says_why_when_the_broker_blocks_or_copies_are_held():
+def test_the_safety_gauges_follow_blocked_and_held_copies():
     m = Metrics(CollectorRegistry())
-    m.connection_changed(True)
-    m.consuming_changed("q", True)
-    assert m.not_ready() is None
     m.copies_held("q", 2, "q.dlq refused the copy (full: its length limit)")
-    assert m.not_ready() == "holding messages of q: q.dlq refused the copy (full: its length limit)"
     assert value(m, "rabbitq_copies_held", queue="q") == 2
     m.connection_blocked("broker blocked: memory alarm")
-    assert m.not_ready() == "broker blocked: memory alarm"
     assert value(m, "rabbitq_connection_blocked") == 1
     m.connection_blocked(None)
     m.copies_held("q", 0, None)
-    assert m.not_ready() is None
     assert value(m, "rabbitq_connection_blocked") == 0
+    assert value(m, "rabbitq_copies_held", queue="q") == 0
 
 
 def test_redeclares_and_abandoned_threads_are_counted():
@@ -234,8 +224,8 @@ def test_a_duplicate_is_counted_by_queue_and_type_and_starts_at_zero_for_idempot
 
 
 def test_a_dlq_that_drops_messages_is_a_gauge_and_a_readiness_detail_not_a_503():
-    from rabbitq.droprisk import drop_risks
-    from rabbitq.topology import dlq_arguments
+    from rabbitq.amqp.droprisk import drop_risks
+    from rabbitq.amqp.topology import dlq_arguments
 
     m = Metrics(CollectorRegistry())
     m.dlq_checked("q.dlq", None)  # not known: no series

@@ -15,13 +15,28 @@ from rabbitq.worker import copies
 class Events(Hooks):
     def __init__(self) -> None:
         self.held: list[tuple[int, str | None]] = []
-        self.consuming: list[bool] = []
 
     def copies_held(self, queue: str, held: int, reason: str | None) -> None:
         self.held.append((held, reason))
 
-    def consuming_changed(self, queue: str, consuming: bool) -> None:
-        self.consuming.append(consuming)
+
+class Consumer:
+    """Records what the store asks of the consumer (rabbitq.worker.consumer.Consumer)."""
+
+    def __init__(self, calls: list[str], stopping) -> None:
+        self.calls, self._stopping = calls, stopping
+        self.paused: list[tuple[str, str]] = []
+
+    def pause(self, reason: str, why: str) -> None:
+        self.calls.append("pause")
+        self.paused.append((reason, why))
+
+    def resume(self, reason: str) -> None:
+        self.calls.append("resume")
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping()
 
 
 def store(monkeypatch, answers, *, stopping=lambda: False):
@@ -42,18 +57,18 @@ def store(monkeypatch, answers, *, stopping=lambda: False):
         calls.append(name)
 
     events = Events()
+    consumer = Consumer(calls, stopping)
     s = copies.CopyStore(
         "q",
         ["q", "q.retry.1s", "q.dlq"],
         channel=lambda: object(),  # type: ignore[arg-type,return-value]
         redeclare=lambda reason: record(f"redeclare:{reason}"),
-        pause=lambda: record("pause"),
-        resume=lambda: calls.append("resume"),
-        stopping=stopping,
+        consumer=consumer,
         renew=lambda: record("renew"),
         hooks=events,
     )
     monkeypatch.setattr(copies, "hold_waits", lambda *a: iter([0.0] * 100))
+    events.consumer = consumer
     return s, calls, sent, events
 
 
@@ -71,7 +86,9 @@ async def test_a_refused_copy_holds_the_message_until_the_queue_takes_it(monkeyp
     await s.store("q.dlq", b"", Basic.Properties())
     assert calls == ["pause", "renew", "renew", "resume"]
     assert events.held[0][0] == 1 and "q.dlq refused the copy" in (events.held[0][1] or "")
-    assert events.held[-1] == (0, None) and events.consuming == [False]
+    assert events.held[-1] == (0, None)
+    why = f"holding messages of q: {events.held[0][1]}"
+    assert events.consumer.paused == [("copies_held", why)]
     assert len(sent) == 3
 
 

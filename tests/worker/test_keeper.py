@@ -7,8 +7,8 @@ import asyncio
 
 import pytest
 
+from rabbitq.amqp.topology import plan
 from rabbitq.hooks import Hooks
-from rabbitq.topology import plan
 from rabbitq.worker import keeper as keeper_module
 from rabbitq.worker.keeper import QUORUM_REDECLARE_WAIT, Keeper
 

@@ -12,11 +12,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rabbitq import App, Message, PermanentError
-from rabbitq import headers as h
+from rabbitq.amqp import headers as h
 from rabbitq.retry import _MAX_ATTEMPT, INVALID, REASONS, DeadLetter, Retry, parse_attempt
 from rabbitq.testing import FakeDelivery, deliver
 from rabbitq.worker import dispatch as dispatch_module
-from rabbitq.worker.dispatch import Ack, process
+from rabbitq.worker.dispatch import process
+from rabbitq.worker.outcome import Ack
 
 
 class Order(Message, type="poison.order"):

@@ -5,18 +5,16 @@ The batch and its expected tally, which need no broker, are tested in tests/demo
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 
 import orjson
 import pytest
 
 from rabbitq import cli, demo
+from rabbitq.amqp.topology import queue_depths
 from rabbitq.ops.containers import docker_available
-from rabbitq.topology import queue_depths
 from tests.demo.test_demo import EXPECTED
-from tests.helpers import drain_queue
+from tests.helpers import drain_queue, run_cli
 
 
 def demo_queues(queue: str) -> list[str]:
@@ -25,14 +23,7 @@ def demo_queues(queue: str) -> list[str]:
 
 def rabbitq(*args: str, url: str, timeout: float = 90) -> subprocess.CompletedProcess[str]:
     """Run the ``rabbitq`` command as a real subprocess (stdout is a pipe, not a TTY)."""
-    env = {**os.environ, "RABBITQ_URL": url, "NO_COLOR": "1"}
-    return subprocess.run(
-        [sys.executable, "-m", "rabbitq", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=timeout,
-    )
+    return run_cli(*args, url=url, timeout=timeout)
 
 
 # -- in-process, against the broker ------------------------------------------------

@@ -3,29 +3,17 @@ people sharing a broker) never touch the demo's ``rabbitq-demo`` (issue 12, item
 
 from __future__ import annotations
 
-import asyncio
-import os
-import subprocess
-import sys
-
 import orjson
 import pytest
 
-from rabbitq.topology import queue_depths
+from rabbitq.amqp.topology import queue_depths
+from tests.helpers import run_cli_async
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow]
 
 
 async def rabbitq(*args: str, url: str, env: dict[str, str] | None = None):
-    full = {**os.environ, "RABBITQ_URL": url, "NO_COLOR": "1", **(env or {})}
-    return await asyncio.to_thread(
-        subprocess.run,
-        [sys.executable, "-m", "rabbitq", *args],
-        env=full,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    return await run_cli_async(*args, url=url, env=env)
 
 
 async def test_the_demo_runs_and_cleans_up_on_the_queue_it_is_given(broker_url, uid, connection):

@@ -19,7 +19,7 @@ from aio_pika.abc import AbstractIncomingMessage, AbstractRobustConnection
 from click.testing import CliRunner, Result
 
 from rabbitq import App, dlq
-from rabbitq import headers as h
+from rabbitq.amqp import headers as h
 from rabbitq.cli import main
 from tests.helpers import declare_topology, drain_queue, queue_depth, wait_for
 

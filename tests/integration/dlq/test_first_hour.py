@@ -4,10 +4,7 @@ unknown reasons."""
 
 from __future__ import annotations
 
-import asyncio
-import os
 import subprocess
-import sys
 import uuid
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
@@ -17,7 +14,8 @@ import orjson
 import pytest
 from aio_pika.abc import AbstractRobustConnection
 
-from rabbitq import headers as h
+from rabbitq.amqp import headers as h
+from tests.helpers import run_cli_async
 
 pytestmark = pytest.mark.broker
 
@@ -76,15 +74,7 @@ async def depth(connection: AbstractRobustConnection, name: str) -> int:
 
 
 async def rabbitq(*args: str, url: str, columns: int = 80) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "RABBITQ_URL": url, "COLUMNS": str(columns), "NO_COLOR": "1"}
-    return await asyncio.to_thread(
-        subprocess.run,
-        [sys.executable, "-m", "rabbitq", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    return await run_cli_async(*args, url=url, columns=columns)
 
 
 # -- item 5: the same message_id twice is two messages --------------------------------

@@ -1,5 +1,5 @@
 """``rabbitq doctor`` against a private node with the management plugin, where a policy
-and an operator policy put the app's queues at risk (tests/test_doctor.py covers every
+and an operator policy put the app's queues at risk (tests/ops/test_doctor.py covers every
 decision as data; this proves the facts are gathered right)."""
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ from click.testing import CliRunner
 
 from rabbitq import App, Message, RetryPolicy
 from rabbitq.amqp.connection import connect
+from rabbitq.amqp.topology import declare, plan
 from rabbitq.cli import main
 from rabbitq.ops.doctor import diagnose, worst
 from rabbitq.ops.doctor_probe import Management, gather
-from rabbitq.topology import declare, plan
 from tests.broker_node import BrokerNode, free_port
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow]

@@ -26,12 +26,12 @@ async def test_after_a_channel_error_the_worker_consumes_again_and_loses_nothing
     async with running(worker), app.publisher() as pub:
         await pub.publish_many([Tick(n=n) for n in range(5)])
         await wait_for(lambda: rec.count("succeeded") == 5)
-        channel = worker._consuming_on
+        channel = worker.consumer._consuming_on
         assert channel is not None
         # An ack of a tag the broker never sent closes the channel (PRECONDITION_FAILED);
         # aio-pika reopens it, and the worker must consume on the new one.
         await channel.basic_ack(10_000)
-        await wait_for(lambda: worker._consuming_on is not channel, timeout=30)
+        await wait_for(lambda: worker.consumer._consuming_on is not channel, timeout=30)
         await pub.publish_many([Tick(n=n) for n in range(5, 10)])
         await wait_for(lambda: rec.count("succeeded") == 10, timeout=30)
     assert sorted(seen) == list(range(10))

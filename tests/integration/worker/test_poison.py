@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from pamqp import encode
 
 from rabbitq import App, Message, RetryPolicy, Worker
-from rabbitq import headers as h
+from rabbitq.amqp import headers as h
 from rabbitq.retry import REASONS
 from tests.helpers import Recorder, publish_bare, running, wait_for
 
@@ -137,7 +137,7 @@ def raw_messages(draw: st.DrawFn) -> dict[str, Any]:
     }
 
 
-async def publish_raw(url: str, app: App, n: int, msg: dict[str, Any]) -> None:
+async def publish_hostile(url: str, app: App, n: int, msg: dict[str, Any]) -> None:
     """Publish with pamqp, then splice the hostile bytes into the content header."""
     headers = {**msg["headers"], TRACK: n}
     marker = encode.field_table(headers)
@@ -226,7 +226,7 @@ async def test_every_raw_message_ends_handled_or_dead_lettered_with_a_reason(
     app, worker, tracker = poison_worker
     tracker.published += 1
     n = tracker.published
-    await publish_raw(broker_url, app, n, msg)
+    await publish_hostile(broker_url, app, n, msg)
     await wait_for(lambda: n in tracker.handled or n in tracker.dead, timeout=20)
     assert tracker.count("requeued") == 0
     assert worker.ready.is_set()

@@ -12,13 +12,13 @@ import asyncio
 import contextlib
 import os
 import signal
-import socket
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
+from tests.broker_node import free_port
 from tests.proxy import TcpProxy
 
 APP = """
@@ -128,12 +128,6 @@ async def silent_listener() -> AsyncIterator[int]:
         server.close()
         for writer in held:
             writer.close()
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 async def test_a_worker_that_never_connected_ends_without_being_killed(tmp_path, uid, caplog):

@@ -23,3 +23,20 @@ async def test_a_failing_message_is_retried_then_dead_lettered(make_app, connect
     dead = await drain_queue(connection, app.topology().dlq.name)
     assert [m.headers["rabbitq-reason"] for m in dead] == ["exhausted"]
     assert rec.events[0] == ("retried", "test.smoke.charge", "200ms")
+
+
+async def test_a_worker_without_metrics_says_whether_it_is_ready_and_why_not(make_app):
+    app = make_app()
+
+    @app.handler(Charge)
+    async def charge(msg: Charge) -> None: ...
+
+    worker = Worker(app)  # no hooks at all: readiness is the worker's own
+    assert worker.health() == "starting: not consuming yet"
+    async with running(worker):
+        assert worker.health() is None and worker.ready.is_set()
+        worker.consumer.pause("copies_held", f"holding messages of {app.queue}: test")
+        assert worker.health() == f"holding messages of {app.queue}: test"
+        worker.consumer.resume("copies_held")
+        await wait_for(lambda: worker.health() is None)
+    assert worker.health() == "not consuming (stopped or draining)"

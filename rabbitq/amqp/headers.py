@@ -19,8 +19,8 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from .amqp.wire import wire_safe
 from .brokers import broker_owned
+from .wire import wire_safe
 
 ATTEMPT = "rabbitq-attempt"
 REASON = "rabbitq-reason"
@@ -101,6 +101,21 @@ def _death_entry(raw: object) -> dict[str, Any] | None:
     if isinstance(when, datetime):
         entry["time"] = when if when.tzinfo else when.replace(tzinfo=UTC)
     return entry
+
+
+def broker_deaths(headers: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The tables of the broker's ``x-death`` header as they came, newest first (what is
+    not a table is left out): for showing, not for copying (see :func:`deaths`)."""
+    raw = headers.get("x-death")
+    return [d for d in raw if isinstance(d, Mapping)] if isinstance(raw, list) else []
+
+
+def last_death(headers: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The broker's most recent dead-lettering (``x-death``'s first table), if any."""
+    raw = headers.get("x-death")
+    if isinstance(raw, list) and raw and isinstance(raw[0], Mapping):
+        return raw[0]  # the broker keeps the most recent first
+    return None
 
 
 def deaths(headers: Mapping[str, Any]) -> list[dict[str, Any]]:

@@ -1,7 +1,7 @@
 """Deleting an app's queues: ``rabbitq topology MODULE:APP --delete``.
 
 The queues are the app's main queue, its retry queues, its DLQ, and the retry queues of
-delays it no longer uses (found as :mod:`rabbitq.orphans` finds them). A queue that
+delays it no longer uses (found as :mod:`rabbitq.amqp.orphans` finds them). A queue that
 holds messages or has consumers (a worker running) is a refusal, and nothing is deleted,
 unless the caller forces it. The exchange is deleted only if nothing is bound to it any
 more (the default ``rabbitq`` exchange is shared by every app).

@@ -28,7 +28,7 @@ from examples.payment_service import (
 from rabbitq import App
 from rabbitq.testing import deliver
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PAYMENT_ID = UUID("6f1c3a52-4a8e-4ab7-9d6e-2f5b8c1e9a10")
 
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import aiormq
 from aio_pika.abc import AbstractConnection
 
-from .retry import RetryPolicy
+from ..retry import RetryPolicy
 from .topology import QueueDepth, Topology, delay_label, retry_queue_name
 
 _S, _M, _H = 1_000, 60_000, 3_600_000

@@ -2,6 +2,8 @@
 store's connections cut (PostgreSQL, Redis, RabbitMQ all real).
 
 Every key is published 3 times with the same message_id. Figures are printed (``-s``).
+Chaos tests (worker processes killed, connections cut), on the shared broker; their
+harness and service are the effects tests' (``tests/effects/once_harness.py``).
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ import asyncio
 
 import pytest
 
-from .once_harness import OnceRun, relaying
+from tests.effects.once_harness import OnceRun, relaying
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 

@@ -13,7 +13,7 @@ import pytest
 from pydantic import Field, field_validator
 
 from rabbitq import DecodeError, Message
-from rabbitq.codec import CONTENT_TYPE, decode, encode
+from rabbitq.message import CONTENT_TYPE, decode, encode
 
 
 class Currency(enum.Enum):

@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from rabbitq import headers as h
+from rabbitq.amqp import headers as h
 
 
 def raise_and_catch(exc: BaseException) -> BaseException:
@@ -283,3 +283,14 @@ def test_dlq_only_headers_are_the_ones_a_replay_removes():
         "rabbitq-failed-at",
         "rabbitq-queue",
     }
+
+
+def test_the_brokers_x_death_is_read_in_one_place_raw_for_showing_and_validated_for_copies():
+    when = datetime(2026, 11, 25, tzinfo=UTC)
+    first = {"queue": "q", "reason": "expired", "time": when}
+    headers = {"x-death": [first, "garbage", {"queue": "q.retry.1s", "reason": "expired"}]}
+    assert h.last_death(headers) == first
+    assert h.broker_deaths(headers) == [first, {"queue": "q.retry.1s", "reason": "expired"}]
+    assert h.last_death({"x-death": ["garbage", first]}) is None  # the newest is unreadable
+    assert h.last_death({}) is None and h.broker_deaths({"x-death": "x"}) == []
+    assert [d["queue"] for d in h.deaths(headers)] == ["q", "q.retry.1s"]

@@ -17,8 +17,7 @@ import yaml
 from rabbitq.app import load_app
 from rabbitq.cli import main as cli
 from rabbitq.worker.lifecycle import DEFAULT_GRACE_PERIOD
-
-from . import promql
+from tests import promql
 
 DEPLOY = promql.ROOT / "deploy"
 K8S = DEPLOY / "k8s"

@@ -9,7 +9,7 @@ import json
 import pytest
 import yaml
 
-from . import promql
+from tests import promql
 
 UID = "rabbitq-overview"  # links and bookmarks depend on it: never change it
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}

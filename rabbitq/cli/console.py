@@ -12,9 +12,9 @@ from typing import Any
 import click
 
 from ..app import load_app
-from ..cli.common import friendly_errors, tls_options, url_option
 from ..ops import logs
 from ..settings import TLS, TLS_CA_ENV, TLS_CERT_ENV, TLS_KEY_ENV, resolve_url, url_password
+from .common import friendly_errors, tls_options, url_option
 
 TOKEN_ENV = "RABBITQ_CONSOLE_TOKEN"
 
@@ -101,11 +101,11 @@ def console(
     try:
         import uvicorn
 
-        from .security import Guard, new_token, served_hosts, token_id
-        from .server import create_app
-        from .serving import ConsoleServer, check_broker_sync
-        from .state import Config
-        from .targets import from_app, from_queue
+        from ..console.security import Guard, new_token, served_hosts, token_id
+        from ..console.server import create_app
+        from ..console.serving import ConsoleServer, check_broker_sync
+        from ..console.state import Config
+        from ..console.targets import from_app, from_queue
     except ImportError as exc:  # the optional extra is missing
         raise click.ClickException(
             f"the console needs its extra: pip install 'rabbitq[console]' ({exc.name} missing)"

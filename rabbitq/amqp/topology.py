@@ -23,9 +23,9 @@ import aio_pika
 import aiormq
 from aio_pika.abc import AbstractChannel, AbstractConnection, AbstractQueue
 
-from .errors import ConfigurationError, TopologyMismatch
-from .retry import delay_label as delay_label  # re-exported: names use it
-from .retry import delay_ms as delay_ms
+from ..errors import ConfigurationError, TopologyMismatch
+from ..retry import delay_label as delay_label  # re-exported: names use it
+from ..retry import delay_ms as delay_ms
 
 QueueType = Literal["classic", "quorum"]
 QUEUE_TYPES: tuple[QueueType, ...] = ("classic", "quorum")

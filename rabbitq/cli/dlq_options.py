@@ -1,0 +1,152 @@
+"""The options and the plumbing every ``rabbitq dlq`` command shares: the filters,
+``--limit`` and ``--json``, running one library call, and the closing tally."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import os
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
+
+import click
+from aio_pika.abc import AbstractConnection
+from rich.console import Console
+
+from .. import dlq as ops
+from ..amqp.connection import connect_once
+from ..errors import DlqInterrupted
+from ..retry import REASONS
+from ..settings import TLS, resolve_url
+from . import dlq_view as view
+from .common import F
+from .when import WHEN
+
+T = TypeVar("T")
+
+
+def json_lines_option(fn: F) -> F:
+    return click.option("--json", "as_json", is_flag=True, help="Print one JSON object per line.")(
+        fn
+    )
+
+
+def check_reasons(
+    _ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]
+) -> tuple[str, ...]:
+    """A typo (``exausted``) must not read as "nothing matches": unknown reasons are an
+    error that lists the known ones."""
+    for value in values:
+        if value not in REASONS and not (value.startswith("broker:") and len(value) > 7):
+            raise click.BadParameter(
+                f"unknown reason {value!r}: use one of {', '.join(REASONS)}, or "
+                f"broker:<x-death reason> such as broker:delivery_limit",
+                param_hint="--reason",
+            )
+    return values
+
+
+def filter_options(fn: F) -> F:
+    """The filters every command shares; each is ANDed, a repeated option is ORed."""
+    options = [
+        click.option(
+            "--type", "types", multiple=True, metavar="TYPE", help="Message type (repeatable)."
+        ),
+        click.option(
+            "--reason",
+            "reasons",
+            multiple=True,
+            metavar="REASON",
+            callback=check_reasons,
+            help="exhausted, permanent, invalid, unknown-type, or broker:<x-death reason> "
+            "such as broker:delivery_limit (repeatable).",
+        ),
+        click.option(
+            "--message-id", "message_ids", multiple=True, metavar="ID", help="(repeatable)"
+        ),
+        click.option(
+            "--since",
+            type=WHEN,
+            help="Failed at or after: ISO 8601 (2024-05-01T10:00Z) or an age (30m, 2h, 3d).",
+        ),
+        click.option("--until", type=WHEN, help="Failed before (same forms as --since)."),
+        click.option(
+            "--grep", metavar="REGEX", help="Error text (rabbitq-error) matches this regex."
+        ),
+    ]
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
+
+
+def filters_from(kwargs: dict[str, Any]) -> ops.Filters:
+    return ops.Filters.build(
+        types=kwargs.pop("types"),
+        reasons=kwargs.pop("reasons"),
+        message_ids=kwargs.pop("message_ids"),
+        since=kwargs.pop("since"),
+        until=kwargs.pop("until"),
+        grep=kwargs.pop("grep"),
+    )
+
+
+def limit_option(
+    default: int | None = None, help: str = "Stop after N messages."
+) -> Callable[[F], F]:
+    return click.option(
+        "--limit",
+        type=click.IntRange(min=0),
+        default=default,
+        show_default=default is not None,
+        help=help,
+    )
+
+
+def run_call(
+    url: str | None,
+    tls: TLS | None,
+    call: Callable[[AbstractConnection | None], Coroutine[Any, Any, T]],
+) -> T:
+    """Run one library call; with --tls-* files, on a connection opened with them (else
+    the library connects, with the ``$RABBITQ_TLS_*`` files if any)."""
+
+    async def go() -> T:
+        if tls is None:
+            return await call(None)
+        connection = await connect_once(resolve_url(url), name="rabbitq dlq", tls=tls)
+        try:
+            return await call(connection)
+        finally:
+            await connection.close()
+
+    return asyncio.run(go())
+
+
+def plain_console() -> Console:
+    """A console that colours nothing by itself (no highlighting of untrusted text); off
+    a terminal (a file, a pipe) lines are not cut to 80 columns, unless $COLUMNS says."""
+    console = Console(highlight=False)
+    wide = not console.is_terminal and "COLUMNS" not in os.environ
+    return Console(highlight=False, width=view.WIDE) if wide else console
+
+
+def finish(tally: ops.Tally, as_json: bool) -> None:
+    if as_json:
+        click.echo(view.json_line(tally.as_dict()))
+    else:
+        click.echo(view.tally_text(tally))
+
+
+def report_interruption(fn: F) -> F:
+    """Print what an interrupted operation did before its one-line error."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except DlqInterrupted as exc:
+            if isinstance(exc.summary, ops.Tally):
+                finish(exc.summary, bool(kwargs.get("as_json")))
+            raise
+
+    return wrapper  # type: ignore[return-value]

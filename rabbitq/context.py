@@ -1,0 +1,65 @@
+"""What a handler may know about its delivery besides the message: :class:`Context`,
+passed as the handler's second argument when it takes one."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from .errors import ConfigurationError
+from .message import Message
+
+if TYPE_CHECKING:
+    from contextlib import AbstractAsyncContextManager
+
+    from .effects.guard import Effects
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Context:
+    """What a handler may want to know about the delivery besides the message.
+
+    ``message_id`` is the AMQP ``message_id`` property. A message from another producer
+    that has none gets one derived from its type, body and timestamp (``derived-…``),
+    the same on every attempt. ``idempotency_key`` is the handler's ``key(message)``,
+    else ``message_id``: pass it to an external provider as its idempotency key.
+    ``publish`` and ``transaction`` are the delivery's effects (docs/effects.md).
+    """
+
+    message_id: str
+    attempt: int
+    max_attempts: int
+    redelivered: bool
+    headers: Mapping[str, Any]
+    correlation_id: str | None
+    queue: str
+    type: str
+    routing_key: str
+    timestamp: datetime | None
+    effects: Effects | None = None
+
+    @property
+    def idempotency_key(self) -> str:
+        """The key this delivery is handled once under."""
+        return self.effects.key if self.effects is not None else self.message_id
+
+    async def publish(self, message: Message, *, headers: Mapping[str, Any] | None = None) -> str:
+        """Publish a follow-up: sent with confirms only if the handler succeeds, before
+        the delivery is acked; return its ``message_id``. While :meth:`transaction` is
+        open (until the handler returns) with an :class:`~rabbitq.effects.Outbox`, it is
+        an outbox row of that transaction; without one it is confirmed before the commit.
+        """
+        if self.effects is None:
+            raise ConfigurationError("ctx.publish() works in a handler run by rabbitq")
+        return await self.effects.publish(message, headers=headers)
+
+    def transaction(self) -> AbstractAsyncContextManager[Any]:
+        """The idempotency store's connection in a transaction that also marks this
+        delivery's key done (a :class:`~rabbitq.effects.PostgresStore` only). It commits
+        when the handler returns, not at the end of the block: a step after the block
+        that fails rolls it back, and the retry runs the whole handler."""
+        if self.effects is None:
+            raise ConfigurationError("ctx.transaction() works in a handler run by rabbitq")
+        return self.effects.transaction()
