@@ -20,11 +20,11 @@ from pamqp.commands import Basic
 from ..amqp.connection import connect_once
 from ..settings import TLS
 from . import plan
+from .spec import ScheduledApp
 
 if TYPE_CHECKING:
     from aio_pika.abc import AbstractConnection
 
-    from ..app import App
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -48,7 +48,7 @@ class Listing:
     written: datetime | None  # when
 
 
-def rows(app: App, progress: plan.Progress, now: datetime) -> list[Row]:
+def rows(app: ScheduledApp, progress: plan.Progress, now: datetime) -> list[Row]:
     """The rows for ``app``'s schedules given the recorded ``progress`` (pure)."""
     return [
         Row(
@@ -64,7 +64,7 @@ def rows(app: App, progress: plan.Progress, now: datetime) -> list[Row]:
     ]
 
 
-async def read(app: App, *, url: str | None = None, tls: TLS | None = None) -> Listing:
+async def read(app: ScheduledApp, *, url: str | None = None, tls: TLS | None = None) -> Listing:
     """Read ``app``'s progress record and lease from the broker."""
     connection = await connect_once(
         app.resolved_url(url), name="rabbitq schedule list", tls=tls or app.tls

@@ -32,7 +32,7 @@ import os
 import socket
 from collections.abc import Awaitable, Callable, Iterator
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, TypeVar
+from typing import TypeVar
 
 import aio_pika
 import aiormq
@@ -44,10 +44,7 @@ from ..settings import TLS
 from . import plan
 from . import tick as tick_tx
 from .metrics import ScheduleMetrics
-from .spec import Schedule
-
-if TYPE_CHECKING:
-    from ..app import App
+from .spec import Schedule, ScheduledApp
 
 log = logging.getLogger("rabbitq.schedule")
 T = TypeVar("T")
@@ -91,7 +88,7 @@ class Scheduler:
 
     def __init__(
         self,
-        app: App,
+        app: ScheduledApp,
         *,
         url: str | None = None,
         tls: TLS | None = None,

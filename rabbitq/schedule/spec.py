@@ -21,11 +21,14 @@ import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, Literal, TypeVar, get_args
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, get_args
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from ..errors import ConfigurationError
 from . import cron as cronlib
+
+if TYPE_CHECKING:
+    from ..settings import TLS
 
 CatchUp = Literal["none", "last", "all"]
 CATCH_UPS: tuple[str, ...] = get_args(CatchUp)
@@ -218,3 +221,20 @@ class Schedules(Mapping[str, Schedule]):
             return fn
 
         return register
+
+
+class ScheduledApp(Protocol):
+    """What the scheduler reads of an :class:`~rabbitq.App` (a protocol, so that
+    ``rabbitq.schedule`` never imports the app that imports it)."""
+
+    @property
+    def queue(self) -> str: ...
+    @property
+    def exchange(self) -> str: ...
+    @property
+    def queue_type(self) -> str: ...
+    @property
+    def tls(self) -> TLS | None: ...
+    @property
+    def schedules(self) -> Schedules: ...
+    def resolved_url(self, override: str | None = None) -> str: ...

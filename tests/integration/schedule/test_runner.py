@@ -34,7 +34,7 @@ async def counted(
     app = make_app(queue_type="classic")
     channel = await connection.channel()
     ex = await channel.declare_exchange(app.exchange, aio_pika.ExchangeType.TOPIC, durable=True)
-    queue = await channel.declare_queue(f"t.{uid}.beats")
+    queue = await channel.declare_queue(f"t.{uid}.beats", durable=True)
     await queue.bind(ex, Beat.type_name())
     try:
         yield app, queue

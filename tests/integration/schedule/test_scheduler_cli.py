@@ -40,7 +40,7 @@ async def test_the_scheduler_command_publishes_and_stops_cleanly_on_sigterm(
     )
     channel = await connection.channel()
     ex = await channel.declare_exchange(exchange, aio_pika.ExchangeType.TOPIC, durable=True)
-    pings = await channel.declare_queue(f"{queue}.pings")
+    pings = await channel.declare_queue(f"{queue}.pings", durable=True)
     await pings.bind(ex, "test.scheduler-cli.ping")
     env = {**os.environ, "PYTHONPATH": str(tmp_path), "RABBITQ_URL": broker_url}
     proc = subprocess.Popen(

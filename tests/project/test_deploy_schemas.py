@@ -4,7 +4,7 @@ error). The schemas are test data in tests/data/schemas/ (no network here); its 
 says where each came from. The custom resources (PodMonitor, KEDA's ScaledObject and
 TriggerAuthentication) have no schema in any package we can install: their envelope
 (apiVersion, kind, and metadata against Kubernetes' ObjectMeta) is checked here, their
-``spec`` by tests/test_deploy.py."""
+``spec`` by tests/project/test_deploy.py."""
 
 from __future__ import annotations
 
@@ -19,11 +19,11 @@ import yaml
 from jsonschema import Draft202012Validator
 from referencing import Registry, Resource
 
-from . import promql
+from .. import promql
 
 DEPLOY = promql.ROOT / "deploy"
 K8S = DEPLOY / "k8s"
-SCHEMAS = Path(__file__).parent / "data" / "schemas"
+SCHEMAS = Path(__file__).parents[1] / "data" / "schemas"
 KUBERNETES = SCHEMAS / "kubernetes-v1.37.0"
 
 # The schema file (in KUBERNETES) of each built-in kind the manifests use.

@@ -10,7 +10,7 @@ from urllib.parse import urlsplit
 
 from examples import email_service, payment_service
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def tutorial_queue() -> str:

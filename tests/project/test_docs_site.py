@@ -18,7 +18,7 @@ import pytest
 import rabbitq
 from rabbitq.cli import main as cli
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
 
 

@@ -10,7 +10,7 @@ import ast
 from collections.abc import Iterator
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TREES = ("rabbitq", "bench", "examples", "scripts", "tests", "deploy")
 REFUSED_ARGUMENTS = ("x-queue-mode", "x-queue-version", "x-max-priority")
 HERE = Path(__file__).resolve()
