@@ -10,6 +10,7 @@ Faults, raised by rabbitq::
 
     RabbitqError
     ├── ConfigurationError    the app is set up wrongly (duplicate type, bad policy, ...)
+    ├── DelayError            a delay= or at= the delay ladder cannot hold (a ValueError too)
     ├── AppLoadError          MODULE:APP cannot be imported or is not an App
     ├── BrokerUnavailable     the broker cannot be reached or the connection is closed
     ├── TopologyMismatch      a queue exists with other arguments than rabbitq declares
@@ -80,6 +81,12 @@ class RabbitqError(Exception):
 
 class ConfigurationError(RabbitqError):
     """The application is configured in a way that cannot work."""
+
+
+class DelayError(RabbitqError, ValueError):
+    """``publish(delay=..., at=...)`` was given a time the delay ladder cannot hold: both,
+    a naive datetime, a negative delay, or one beyond the ladder's maximum (48 days).
+    Raised before anything is sent."""
 
 
 class AppLoadError(RabbitqError):
