@@ -228,7 +228,7 @@ def due_in(
         micros = max(0, (at - now) // timedelta(microseconds=1))
         units = -(-micros // (UNIT_MS * 1000))
         due = max(at, now)
-        asked = f"at={at.isoformat()} ({micros / 1e6:g}s from now)"
+        asked = f"at={at.isoformat()} ({timedelta(microseconds=micros)} from now)"
     elif delay is not None:
         if isinstance(delay, timedelta):
             seconds: float | int | Fraction = Fraction(delay // timedelta(microseconds=1), 10**6)
@@ -248,8 +248,8 @@ def due_in(
         raise DelayError("give delay= or at=")
     if units > MAX_UNITS:
         raise DelayError(
-            f"{asked} is longer than the delay ladder holds ({MAX_DELAY_MS / 1000:g}s, "
-            f"{MAX_DELAY.days} days): publish it later, e.g. from a schedule"
+            f"{asked} is longer than the delay ladder holds ({MAX_DELAY}): "
+            "publish it later, e.g. from a schedule"
         )
     return units, due
 
