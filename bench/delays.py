@@ -48,7 +48,7 @@ def _app():
     return app
 
 
-async def _run(url: str, n: int, mode: str) -> float:
+async def _run(url: str, n: int, mode: str) -> tuple[float, float]:
     app = _app()
     delayed = "delay=" in mode
     window = DEFAULT_WINDOW if "x512" in mode else 1
@@ -58,7 +58,7 @@ async def _run(url: str, n: int, mode: str) -> float:
         async with Publisher(app, url=url, connection=conn) as pub:
             if delayed:  # declares the ladder: once per publisher, not timed
                 await pub.publish(job(-1), delay=0)
-            started = clock()
+            started, cpu = clock(), time.process_time()
             for i in range(0, n, window):
                 await asyncio.gather(
                     *(
@@ -68,10 +68,10 @@ async def _run(url: str, n: int, mode: str) -> float:
                         )
                     )
                 )
-            elapsed = clock() - started
+            elapsed, cpu = clock() - started, time.process_time() - cpu
         # all of them in the queue before it is deleted: none left in the shared ladder
         await _arrived(conn, app.queue, n + delayed, timeout=MAX_DELAY + 120)
-    return n / elapsed
+    return n / elapsed, cpu / n * 1e6
 
 
 async def _arrived(conn: Any, queue: str, count: int, timeout: float) -> None:
@@ -98,19 +98,26 @@ def _fmt(values: list[float]) -> str:
 
 async def main_async(url: str, n: int, rounds: int) -> None:
     results: dict[str, list[float]] = {mode: [] for mode in MODES}
+    cpus: dict[str, list[float]] = {mode: [] for mode in MODES}
     for r in range(rounds):
         for pair in (MODES[:2], MODES[2:]):
             for mode in pair if r % 2 == 0 else reversed(pair):
-                results[mode].append(await _run(url, n, mode))
+                rate, cpu = await _run(url, n, mode)
+                results[mode].append(rate)
+                cpus[mode].append(cpu)
         print(f"round {r + 1}/{rounds} done", file=sys.stderr)
     print(f"\nn={n}, rounds={rounds}, delays uniform in [0, {MAX_DELAY:g}) s\n")
-    print("| scenario | msg/s, median (min-max) | vs plain |")
-    print("|---|---|---|")
+    print("| scenario | msg/s, median (min-max) | vs plain | client cpu us/msg | vs plain |")
+    print("|---|---|---|---|---|")
     for plain, delayed in (MODES[:2], MODES[2:]):
-        base = statistics.median(results[plain])
-        print(f"| {plain} | {_fmt(results[plain])} | 1.00x |")
-        ratio = statistics.median(results[delayed]) / base
-        print(f"| {delayed} | {_fmt(results[delayed])} | {ratio:.2f}x |")
+        base, base_cpu = statistics.median(results[plain]), statistics.median(cpus[plain])
+        for mode in (plain, delayed):
+            ratio = statistics.median(results[mode]) / base
+            cpu_ratio = statistics.median(cpus[mode]) / base_cpu
+            print(
+                f"| {mode} | {_fmt(results[mode])} | {ratio:.2f}x | "
+                f"{statistics.median(cpus[mode]):.0f} | {cpu_ratio:.2f}x |"
+            )
 
 
 def main() -> None:

@@ -244,7 +244,8 @@ class Publisher:
         """Send into the ladder (declared first if this publisher has not yet); if the
         ladder has gone since (an operator deleted it), declare it again and resend once."""
         declared_now = not self._ladder_ready
-        await self._declare_ladder()
+        if declared_now:
+            await self._declare_ladder()
         try:
             await send_confirmed(channel, exchange, key, body, props)
         except Unroutable:
