@@ -39,10 +39,11 @@ class PermanentError(Exception):
 class RetryLater(Exception):
     """Raise from a handler to try the message again in ``seconds`` or a little later.
 
-    The message goes to the smallest retry tier of at least ``seconds`` (the largest
-    tier if none is that long). It does not use up one of its attempts unless
+    The message waits in the broker's delay ladder for ``seconds`` (rounded up to
+    125 ms; at least 125 ms, at most 48 days: docs/delays.md) and comes back to the
+    queue that failed only. It does not use up one of its attempts unless
     ``count_attempt=True``; with ``count_attempt=True`` and no attempt left it is
-    dead-lettered as ``exhausted``. A handler without retry tiers dead-letters it.
+    dead-lettered as ``exhausted``.
     """
 
     def __init__(self, seconds: float, *, count_attempt: bool = False) -> None:

@@ -33,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Iterable
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from aio_pika.abc import AbstractChannel
@@ -42,7 +43,8 @@ from .. import headers as h
 from ..amqp.confirm import send_confirmed
 from ..errors import PublishInterrupted, PublishNacked, Unroutable
 from ..hooks import UNROUTABLE_COPY, Hooks
-from ..retry import DeadLetter, Retry
+from ..ladder import plan as ladder
+from ..retry import DeadLetter, Retry, delay_label
 from ..topology import Topology
 from .delivery import Incoming
 from .dispatch import Outcome
@@ -99,9 +101,12 @@ class CopyStore:
         self.held = 0
         self.reason: str | None = None
 
-    async def store(self, target: str, body: bytes, properties: Basic.Properties) -> None:
-        """Return once the copy to ``target`` is confirmed; raise PublishInterrupted if
-        the connection went away (or the worker stops while the copy is held)."""
+    async def store(
+        self, target: str, body: bytes, properties: Basic.Properties, *, exchange: str = ""
+    ) -> None:
+        """Return once the copy to ``target`` (a queue; with ``exchange``, the routing
+        key there) is confirmed; raise PublishInterrupted if the connection went away (or
+        the worker stops while the copy is held)."""
         waits = iter(hold_waits())
         redeclared = False
         holding = False
@@ -112,14 +117,14 @@ class CopyStore:
                     raise PublishInterrupted("not connected: the copy was not sent")
                 try:
                     async with asyncio.timeout(self.deadline):
-                        await send_confirmed(channel, "", target, body, properties)
+                        await send_confirmed(channel, exchange, target, body, properties)
                     return
                 except Unroutable:
-                    if target in self.own_queues and not redeclared:
+                    if (exchange or target) in self.own_queues and not redeclared:
                         await self._redeclare(UNROUTABLE_COPY)
                         redeclared = True
                         continue
-                    reason = f"{target} does not exist, even after declaring it again"
+                    reason = f"{exchange or target} does not exist, even after declaring it again"
                 except PublishNacked:
                     reason = f"{target} refused the copy (full: its length limit)"
                 except TimeoutError:
@@ -162,8 +167,10 @@ class CopyStore:
 
 def copy_of(
     delivery: Incoming, outcome: Outcome, topology: Topology, queue: str
-) -> tuple[str, dict[str, Any]]:
-    """The queue a retry or DLQ copy of ``delivery`` goes to, and its headers (pure)."""
+) -> tuple[str, dict[str, Any], str]:
+    """``(target, headers, exchange)`` of a retry or DLQ copy of ``delivery`` (pure): a
+    queue through the default exchange (``""``), or for a wait in the delay ladder its
+    entry exchange and routing key, the copy addressed to ``queue`` only."""
     decision = outcome.decision
     if isinstance(decision, Retry):
         headers = h.retry_headers(
@@ -173,7 +180,13 @@ def copy_of(
             exchange=delivery.exchange or "",
             routing_key=delivery.routing_key or "",
         )
-        return topology.retry_queue(decision.delay_ms).name, headers
+        if decision.ladder:
+            units = ladder.units_of_ms(decision.delay_ms)
+            due = datetime.now(UTC) + timedelta(milliseconds=decision.delay_ms)
+            headers |= {ladder.DELAY_TO: queue, ladder.DUE: ladder.due_header(due)}
+            exchange, key = ladder.entry(topology.ladder.queue_type, units)
+            return key, headers, exchange
+        return topology.retry_queue(decision.delay_ms).name, headers, ""
     assert isinstance(decision, DeadLetter)
     headers = h.dead_letter_headers(
         delivery.headers,
@@ -185,7 +198,7 @@ def copy_of(
         exchange=delivery.exchange or "",
         routing_key=delivery.routing_key or "",
     )
-    return topology.dlq.name, headers
+    return topology.dlq.name, headers, ""
 
 
 def report_copied(
@@ -204,7 +217,9 @@ def report_copied(
             if decision.deferred
             else "failed",
             outcome.attempt,
-            decision.label,
+            f"{delay_label(decision.delay_ms)} (delay ladder)"
+            if decision.ladder
+            else decision.label,
             outcome.error,
         )
         hooks.retried(queue, outcome.type_name, decision.label, outcome.duration)
@@ -219,6 +234,16 @@ def report_copied(
             outcome.error,
         )
         hooks.dead_lettered(queue, outcome.type_name, decision.reason, outcome.duration)
+
+
+def own_targets(topology: Topology) -> list[str]:
+    """The queues and exchanges of ``topology`` that the worker declares again when a
+    copy to one of them is unroutable: its queues, and the delay ladder's exchanges."""
+    return [
+        *(q.name for q in topology.queues),
+        *topology.ladder.exchanges,
+        topology.ladder.deliver_exchange,
+    ]
 
 
 def close_later(channel: AbstractChannel, delay: float) -> None:

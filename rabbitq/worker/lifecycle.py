@@ -43,7 +43,7 @@ from ..tracing.base import NO_DELIVERY, DeliverySpan
 from . import dispatch, limits, outcome_log
 from .acks import Acker
 from .admission import Admission
-from .copies import CopyStore, copy_of, report_copied
+from .copies import CopyStore, copy_of, own_targets, report_copied
 from .delivery import Incoming
 from .dispatch import Outcome, limit_failure, process, resolve_type, trace_delivery
 from .handler_pool import HandlerPool, report_abandoned, report_returned
@@ -103,7 +103,7 @@ class Worker:
         self.keeper = Keeper(self.topology, self.hooks, declaring=lambda: self._consume_channel,
                              connection=lambda: self._connection)  # fmt: skip
         self._copies = CopyStore(
-            self._queue_name, (q.name for q in self.topology.queues),
+            self._queue_name, own_targets(self.topology),
             channel=lambda: self.keeper.copy_channel, redeclare=self.keeper.redeclare,
             pause=self._cancel_consumer, resume=lambda: self._resume(delay=0),
             stopping=lambda: self._stopping, renew=self.keeper.renew_copy_channel,
@@ -455,7 +455,7 @@ class Worker:
             )
             acker.ack(delivery.delivery_tag, outcome_log.handled(done, delivery, outcome))
             return
-        target, headers = copy_of(delivery, outcome, self.topology, queue)
+        target, headers, exchange = copy_of(delivery, outcome, self.topology, queue)
         if isinstance(decision, Retry):
             span.retried(decision.label, decision.next_attempt, decision.deferred, outcome.error)
         else:
@@ -463,8 +463,9 @@ class Worker:
         span.copied(headers)
         try:
             await self._copies.store(
-                target, delivery.body, properties.copy(delivery, type_name, headers)
-            )
+                target, delivery.body, properties.copy(delivery, type_name, headers),
+                exchange=exchange,
+            )  # fmt: skip
         except PublishError as exc:
             log.error(
                 "could not store message %s in %s (%s); returning it to %r",
