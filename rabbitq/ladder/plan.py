@@ -38,6 +38,10 @@ MAX_UNITS = 2**LEVELS - 1
 MAX_DELAY_MS = MAX_UNITS * UNIT_MS
 """The longest delay: 4,194,303.875 s, 48 days 13 h 5 min 3.875 s."""
 MAX_DELAY = timedelta(milliseconds=MAX_DELAY_MS)
+UNITS_PER_SECOND = 1000 // UNIT_MS
+# A power of two: seconds * 8 is exact in binary floating point, so ceil() of it rounds
+# up exactly (0.375 s is 3 units, 0.1 s is 1), as a Fraction would, at a tenth of the cost.
+assert UNITS_PER_SECOND * UNIT_MS == 1000 and UNITS_PER_SECOND & (UNITS_PER_SECOND - 1) == 0
 
 DELIVERY_LIMIT = 1_000_000_000
 """A quorum level's ``x-delivery-limit``: never reached (see :func:`level_arguments`)."""
@@ -80,7 +84,7 @@ def units_of_ms(ms: int) -> int:
 def units_of_seconds(seconds: float | int) -> int:
     """Whole units for ``seconds``, rounded up exactly (a float's exact value: 0.375 s is
     3 units, 0.1 s is 1, never one unit more than needed nor less)."""
-    return math.ceil(Fraction(seconds) * 1000 / UNIT_MS)
+    return math.ceil(seconds * UNITS_PER_SECOND)
 
 
 def hops(units: int) -> list[int]:
@@ -241,7 +245,7 @@ def due_in(
         if seconds > MAX_DELAY_MS / 1000:
             units = MAX_UNITS + 1
         else:
-            units = math.ceil(Fraction(seconds) * 1000 / UNIT_MS)
+            units = math.ceil(seconds * UNITS_PER_SECOND)
         asked = f"delay={float(seconds):g}s"
         due = now + timedelta(seconds=float(seconds)) if units <= MAX_UNITS else now
     else:
