@@ -410,6 +410,26 @@ def test_topology_dry_run_json_prints_the_plan_without_touching_the_broker():
             "name": "unit-cli-x -> unit-cli",
             "arguments": {"routing_key": "unit.cli.signup"},
         },
+        {"kind": "exchange", "name": "rabbitq.delay.deliver", "arguments": {"type": "headers"}},
+        {
+            "kind": "binding",
+            "name": "rabbitq.delay.deliver -> unit-cli",
+            "arguments": {"x-match": "all", "rabbitq-delay-to": "unit-cli"},
+        },
+        {
+            "kind": "delay ladder",
+            "name": "rabbitq.delay.quorum.00 .. 24",
+            "arguments": {
+                "shared": "by every app on the vhost",
+                "levels": 25,
+                "x-message-ttl": "125 .. 2097152000",
+                "x-dead-letter-exchange": "the level below",
+                "x-queue-type": "quorum",
+                "x-delivery-limit": 1_000_000_000,
+                "x-dead-letter-strategy": "at-least-once",
+                "x-overflow": "reject-publish",
+            },
+        },
     ]
 
 
