@@ -51,12 +51,16 @@ class DelayResult:
     early: int
     lateness: list[float]
     """Seconds from each message's due time to the start of its first handling."""
+    quiet: list[float]
+    """The lateness of the messages due before the kill: no fault in their way."""
+    after: list[float]
+    """The lateness of the messages due 10 s or more after the broker was back."""
     seconds: float
     twice: list[str]
     """Each message handled more than once: its handlings, relative to the faults."""
 
-    def percentile(self, p: float) -> float:
-        ordered = sorted(self.lateness)
+    def percentile(self, p: float, of: list[float] | None = None) -> float:
+        ordered = sorted(self.lateness if of is None else of)
         return ordered[min(len(ordered) - 1, int(p / 100 * len(ordered)))]
 
     def summary(self) -> str:
@@ -65,8 +69,12 @@ class DelayResult:
             f"lost {self.lost}, out of the ladder twice {self.ladder_duplicates}, "
             f"handled again after the kill/restart {self.redeliveries}, "
             f"early {self.early}; lateness p50 {self.percentile(50) * 1000:.0f} ms, "
-            f"p99 {self.percentile(99) * 1000:.0f} ms, max {max(self.lateness) * 1000:.0f} ms "
-            f"({self.seconds:.0f} s)"
+            f"p99 {self.percentile(99) * 1000:.0f} ms, max {max(self.lateness) * 1000:.0f} ms; "
+            f"the {len(self.quiet)} due before the kill: p50 "
+            f"{self.percentile(50, self.quiet) * 1000:.0f} ms, p99 "
+            f"{self.percentile(99, self.quiet) * 1000:.0f} ms; the {len(self.after)} due 10 s "
+            f"after the restart: p50 {self.percentile(50, self.after) * 1000:.0f} ms, p99 "
+            f"{self.percentile(99, self.after) * 1000:.0f} ms ({self.seconds:.0f} s)"
         )
 
 
@@ -144,10 +152,17 @@ async def delays_under_faults(
     seen = arrivals(ledger)
     fresh = Counter(a.message_id for a in seen if not a.redelivered)
     first: dict[str, float] = {}
+    quiet: list[float] = []
+    after: list[float] = []
     early = 0
     for a in seen:
         early += a.started < a.due
-        first.setdefault(a.message_id, a.started - a.due)
+        if a.message_id not in first:
+            first[a.message_id] = a.started - a.due
+            if a.due < killed:
+                quiet.append(a.started - a.due)
+            elif a.due > up + 10:
+                after.append(a.started - a.due)
     return DelayResult(
         published=len(published),
         unconfirmed=unconfirmed,
@@ -156,6 +171,8 @@ async def delays_under_faults(
         redeliveries=len(seen) - len(first),
         early=early,
         lateness=[first[m] for m in published if m in first],
+        quiet=quiet,
+        after=after,
         seconds=time.monotonic() - began,
         twice=[
             f"{mid}: "
