@@ -10,6 +10,7 @@ Faults, raised by rabbitq::
 
     RabbitqError
     ├── ConfigurationError    the app is set up wrongly (duplicate type, bad policy, ...)
+    ├── DelayError            a delay= or at= the delay ladder cannot hold (a ValueError too)
     ├── AppLoadError          MODULE:APP cannot be imported or is not an App
     ├── BrokerUnavailable     the broker cannot be reached or the connection is closed
     ├── TopologyMismatch      a queue exists with other arguments than rabbitq declares
@@ -38,10 +39,11 @@ class PermanentError(Exception):
 class RetryLater(Exception):
     """Raise from a handler to try the message again in ``seconds`` or a little later.
 
-    The message goes to the smallest retry tier of at least ``seconds`` (the largest
-    tier if none is that long). It does not use up one of its attempts unless
+    The message waits in the broker's delay ladder for ``seconds`` (rounded up to
+    125 ms; at least 125 ms, at most 48 days: docs/delays.md) and comes back to the
+    queue that failed only. It does not use up one of its attempts unless
     ``count_attempt=True``; with ``count_attempt=True`` and no attempt left it is
-    dead-lettered as ``exhausted``. A handler without retry tiers dead-letters it.
+    dead-lettered as ``exhausted``.
     """
 
     def __init__(self, seconds: float, *, count_attempt: bool = False) -> None:
@@ -80,6 +82,12 @@ class RabbitqError(Exception):
 
 class ConfigurationError(RabbitqError):
     """The application is configured in a way that cannot work."""
+
+
+class DelayError(RabbitqError, ValueError):
+    """``publish(delay=..., at=...)`` was given a time the delay ladder cannot hold: both,
+    a naive datetime, a negative delay, or one beyond the ladder's maximum (48 days).
+    Raised before anything is sent."""
 
 
 class AppLoadError(RabbitqError):

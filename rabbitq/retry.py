@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .errors import ConfigurationError, PermanentError, RetryLater
+from .ladder.plan import MAX_DELAY_MS, UNIT_MS
 
 _UNITS = (("h", 3_600_000), ("m", 60_000), ("s", 1_000))
 
@@ -36,6 +37,9 @@ def delay_label(ms: int) -> str:
             return f"{ms // size}{unit}"
     return f"{ms}ms"
 
+
+LADDER = "ladder"
+"""The ``delay`` label of a retry that waits in the delay ladder (``RetryLater``)."""
 
 # Dead-letter reasons, as written to the ``rabbitq-reason`` header.
 EXHAUSTED = "exhausted"
@@ -77,16 +81,19 @@ class RetryPolicy:
 
 @dataclass(frozen=True, slots=True)
 class Retry:
-    """Send a copy to the retry queue of ``delay_ms`` as attempt ``next_attempt``."""
+    """Send a copy to the retry queue of ``delay_ms`` as attempt ``next_attempt``; with
+    ``ladder``, into the delay ladder for ``delay_ms`` instead (docs/delays.md)."""
 
     delay_ms: int
     next_attempt: int
     deferred: bool = False  # asked for by RetryLater rather than a failed attempt
+    ladder: bool = False  # waits in the delay ladder, not in a retry tier
 
     @property
     def label(self) -> str:
-        """The tier label, as in the retry queue's name (``10s``)."""
-        return delay_label(self.delay_ms)
+        """The tier label, as in the retry queue's name (``10s``); ``ladder`` for a wait
+        in the delay ladder (a bounded label for metrics)."""
+        return LADDER if self.ladder else delay_label(self.delay_ms)
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,15 +147,16 @@ def not_started(policy: RetryPolicy, attempt: int) -> Retry | None:
 def after_retry_later(policy: RetryPolicy, attempt: int, later: RetryLater) -> Retry | DeadLetter:
     """Where a message goes whose handler raised :class:`~rabbitq.RetryLater`.
 
-    The smallest tier of at least ``later.seconds``, else the largest; the attempt is
-    not used up unless ``later.count_attempt`` (then, with none left: ``exhausted``).
+    Into the delay ladder for ``later.seconds`` (rounded up to the ladder's 125 ms; at
+    least that, at most its 48 days), back to this queue only; the attempt is not used
+    up unless ``later.count_attempt`` (then, with none left: ``exhausted``).
     """
-    delays = policy.delays_ms
-    if not delays or (later.count_attempt and attempt > len(delays)):
+    if later.count_attempt and attempt > len(policy.delays_ms):
         return DeadLetter(EXHAUSTED)
-    wanted = math.ceil(later.seconds * 1000)
-    tier = min((d for d in delays if d >= wanted), default=max(delays))
-    return Retry(tier, attempt + 1 if later.count_attempt else attempt, deferred=True)
+    wanted = min(max(math.ceil(later.seconds * 1000), UNIT_MS), MAX_DELAY_MS)
+    return Retry(
+        wanted, attempt + 1 if later.count_attempt else attempt, deferred=True, ladder=True
+    )
 
 
 def after_exception(

@@ -14,7 +14,8 @@ what the worker would do with it::
     assert result.dead_lettered and result.reason == "invalid"
 
 A handler that raises :class:`~rabbitq.RetryLater` is ``retried`` with ``deferred`` set,
-in the tier it asked for, and with ``next_attempt == attempt`` unless it counted one.
+``delay`` the wait it asked for (rounded up to the delay ladder's 125 ms, ``tier`` None),
+and with ``next_attempt == attempt`` unless it counted one.
 Handlers with an idempotency store (``rabbitq.effects``) use that real store, so a
 second ``deliver`` with the same key is a ``duplicate``; the follow-ups a handler
 published with ``ctx.publish`` (and that the worker would send) are in ``published``.
@@ -32,8 +33,9 @@ from typing import Any
 from .amqp import headers as h
 from .app import App
 from .effects.followups import FollowUp
+from .ladder import plan as ladder
 from .message import Message, encode
-from .retry import DeadLetter, Retry
+from .retry import DeadLetter, Retry, delay_label
 from .worker.dispatch import process
 from .worker.outcome import Ack
 
@@ -62,8 +64,8 @@ class Result:
     outcome: str  # "ack", "retry" or "dead-letter"
     type_name: str
     attempt: int
-    delay: str | None = None  # retry tier label, e.g. "10s"
-    tier: int | None = None  # 1-based index of the retry tier
+    delay: str | None = None  # retry tier label, e.g. "10s" (RetryLater: the wait, "1500ms")
+    tier: int | None = None  # 1-based index of the retry tier (None: the delay ladder)
     next_attempt: int | None = None
     deferred: bool = False  # retried because the handler raised RetryLater
     reason: str | None = None  # DLQ reason
@@ -148,8 +150,10 @@ async def deliver(
         handler = app.handlers[outcome.type_name]
         return Result(
             outcome="retry",
-            delay=decision.label,
-            tier=handler.retry.delays_ms.index(decision.delay_ms) + 1,
+            delay=delay_label(ladder.units_of_ms(decision.delay_ms) * ladder.UNIT_MS)
+            if decision.ladder
+            else decision.label,
+            tier=None if decision.ladder else handler.retry.delays_ms.index(decision.delay_ms) + 1,
             next_attempt=decision.next_attempt,
             deferred=decision.deferred,
             **common,

@@ -1,4 +1,4 @@
-"""RetryLater: the smallest tier of at least the delay, without using up an attempt."""
+"""RetryLater: the delay it asks for, in the delay ladder, without using up an attempt."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from email.utils import format_datetime
 import pytest
 
 from rabbitq import App, Message, PermanentError, RetryLater, RetryPolicy
+from rabbitq.ladder import MAX_DELAY_MS
 from rabbitq.retry import (
     EXHAUSTED,
     PERMANENT,
@@ -22,35 +23,43 @@ POLICY = RetryPolicy(delays=(1, 10, 60, 600))
 
 
 @pytest.mark.parametrize(
-    ("seconds", "tier_ms"),
-    [(0, 1_000), (0.5, 1_000), (1, 1_000), (1.001, 10_000), (30, 60_000), (600, 600_000)],
+    ("seconds", "wanted_ms"),
+    [(0, 125), (0.1, 125), (0.5, 500), (1.001, 1001), (30, 30_000), (3600, 3_600_000)],
 )
-def test_the_smallest_tier_at_least_as_long_is_chosen(seconds: float, tier_ms: int) -> None:
+def test_the_delay_asked_for_is_waited_in_the_ladder_at_least_one_unit(
+    seconds: float, wanted_ms: int
+) -> None:
     decision = after_retry_later(POLICY, 2, RetryLater(seconds))
-    assert decision == Retry(tier_ms, 2, deferred=True)
+    assert decision == Retry(wanted_ms, 2, deferred=True, ladder=True)
+    assert decision.label == "ladder"  # a bounded metrics label, whatever the delay
 
 
-def test_a_delay_longer_than_every_tier_goes_to_the_largest() -> None:
-    assert after_retry_later(POLICY, 1, RetryLater(3600)) == Retry(600_000, 1, deferred=True)
+def test_a_delay_past_the_ladder_waits_its_longest() -> None:
+    decision = after_retry_later(POLICY, 1, RetryLater(10**9))
+    assert decision == Retry(MAX_DELAY_MS, 1, deferred=True, ladder=True)
 
 
 def test_the_attempt_is_not_used_up_even_on_the_last_one() -> None:
-    assert after_retry_later(POLICY, 5, RetryLater(10)) == Retry(10_000, 5, deferred=True)
+    assert after_retry_later(POLICY, 5, RetryLater(10)) == Retry(
+        10_000, 5, deferred=True, ladder=True
+    )
 
 
 def test_count_attempt_uses_one_up_and_dead_letters_when_none_is_left() -> None:
     assert after_retry_later(POLICY, 2, RetryLater(10, count_attempt=True)) == Retry(
-        10_000, 3, deferred=True
+        10_000, 3, deferred=True, ladder=True
     )
     assert after_retry_later(POLICY, 5, RetryLater(10, count_attempt=True)) == DeadLetter(EXHAUSTED)
 
 
-def test_a_handler_without_tiers_dead_letters() -> None:
-    assert after_retry_later(RetryPolicy(delays=()), 1, RetryLater(1)) == DeadLetter(EXHAUSTED)
+def test_a_handler_without_tiers_still_waits_unless_it_counts_the_attempt() -> None:
+    none = RetryPolicy(delays=())
+    assert after_retry_later(none, 1, RetryLater(1)) == Retry(1000, 1, deferred=True, ladder=True)
+    assert after_retry_later(none, 1, RetryLater(1, count_attempt=True)) == DeadLetter(EXHAUSTED)
 
 
 def test_after_exception_tells_the_three_apart() -> None:
-    assert after_exception(POLICY, 1, RetryLater(5)) == Retry(10_000, 1, deferred=True)
+    assert after_exception(POLICY, 1, RetryLater(5)) == Retry(5_000, 1, deferred=True, ladder=True)
     assert after_exception(POLICY, 1, PermanentError("no")) == DeadLetter(PERMANENT)
     assert after_exception(POLICY, 1, ValueError("x")) == Retry(1_000, 2)
 
@@ -92,18 +101,20 @@ def _provider_app(error: Exception) -> App:
     return app
 
 
-async def test_a_handler_told_to_wait_is_retried_in_the_tier_it_asked_for() -> None:
+async def test_a_handler_told_to_wait_is_retried_after_the_delay_it_asked_for() -> None:
     result = await deliver(_provider_app(RetryLater(30)), Charge(amount=1), attempt=2)
     assert result.retried and result.deferred
-    assert (result.delay, result.tier, result.next_attempt) == ("1m", 3, 2)
+    assert (result.delay, result.tier, result.next_attempt) == ("30s", None, 2)
     assert result.error == "RetryLater: retry after 30s"
+    result = await deliver(_provider_app(RetryLater(1.3)), Charge(amount=1))
+    assert result.delay == "1375ms"  # rounded up to the ladder's 125 ms
 
 
 async def test_retry_after_from_a_provider_on_the_last_attempt_is_not_dead_lettered() -> None:
     result = await deliver(
         _provider_app(RetryLater.from_retry_after("5")), Charge(amount=1), attempt=5
     )
-    assert result.retried and (result.delay, result.next_attempt) == ("10s", 5)
+    assert result.retried and (result.delay, result.next_attempt) == ("5s", 5)
 
 
 async def test_counting_the_attempt_on_the_last_one_dead_letters() -> None:

@@ -20,10 +20,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
 from pamqp.commands import Basic
 
+from ..ladder import plan as ladder
 from ..retry import DeadLetter, Retry
 from . import headers as h
 from . import properties
@@ -35,11 +37,13 @@ from .topology import Topology
 class Copy:
     """A message to publish: its body, its AMQP properties, and the queue it goes to
     through the default exchange (empty where the caller chooses: a replay goes to the
-    message's origin or to ``--to``)."""
+    message's origin or to ``--to``); or, for a wait in the delay ladder, the routing key
+    ``target`` on the ladder's entry ``exchange``."""
 
     body: bytes
     properties: Basic.Properties
     target: str = ""
+    exchange: str = ""
 
 
 class Delivered(properties.Source, Protocol):
@@ -65,9 +69,18 @@ class Dead(properties.Identified, Protocol):
 
 
 def retry(
-    delivery: Delivered, decision: Retry, *, type_name: str, error: str, topology: Topology
+    delivery: Delivered,
+    decision: Retry,
+    *,
+    type_name: str,
+    error: str,
+    topology: Topology,
+    queue: str,
+    now: datetime | None = None,
 ) -> Copy:
-    """The retry copy of ``delivery``, to the retry queue of ``decision``'s delay."""
+    """The retry copy of ``delivery``, which failed in ``queue``: to the retry queue of
+    ``decision``'s delay, or (``decision.ladder``: a ``RetryLater`` of any delay) into the
+    delay ladder, addressed to ``queue`` only and due ``now`` plus the delay."""
     headers = h.retry_headers(
         delivery.headers,
         next_attempt=decision.next_attempt,
@@ -75,6 +88,12 @@ def retry(
         exchange=delivery.exchange or "",
         routing_key=delivery.routing_key or "",
     )
+    if decision.ladder:
+        due = (now or datetime.now(UTC)) + timedelta(milliseconds=decision.delay_ms)
+        headers |= {ladder.DELAY_TO: queue, ladder.DUE: ladder.due_header(due)}
+        units = ladder.units_of_ms(decision.delay_ms)
+        exchange, key = ladder.entry(topology.ladder.queue_type, units)
+        return Copy(delivery.body, properties.copy(delivery, type_name, headers), key, exchange)
     target = topology.retry_queue(decision.delay_ms).name
     return Copy(delivery.body, properties.copy(delivery, type_name, headers), target)
 

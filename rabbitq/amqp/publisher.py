@@ -13,6 +13,11 @@ backoff for at most ``S`` seconds while the robust connection reconnects, then r
 A retried publish may store the message twice (same ``message_id``) if the broker
 stored it but its confirm was lost: at-least-once, like everything else.
 
+A delayed publish (``delay=`` or ``at=``) goes into the delay ladder
+(:mod:`rabbitq.ladder`, docs/delays.md) and reaches this app's queue only, when due.
+The publisher's first delayed publish declares the ladder and binds the app's queue to
+it (the queue must exist: a worker or ``rabbitq topology`` declared it).
+
 A publish never raises a ``CancelledError`` it did not receive: a confirm that aiormq
 cancels because it closed the connection (e.g. as stuck, "no frames were received") is
 a :class:`~rabbitq.errors.PublishInterrupted` ("it may or may not have been stored"),
@@ -26,6 +31,7 @@ import asyncio
 import contextlib
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
+from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Any, Protocol
 
@@ -39,17 +45,19 @@ from ..errors import (
     PartialPublish,
     PublishError,
     PublishInterrupted,
+    Unroutable,
 )
 from ..hooks import Hooks, combine
+from ..ladder import declare as ladder_declare
+from ..ladder import plan as ladder
 from ..message import Message, encode
-from ..retry import delay_ms
 from ..settings import TLS
 from ..tracing.base import NO_SEND, Tracing
 from . import headers as h
 from . import properties
-from .confirm import error_kind, send_confirmed
+from .confirm import FAILURES, error_kind, send_confirmed
 from .connection import connect
-from .topology import Topology
+from .topology import Topology, mismatch_from_error
 
 DEFAULT_WINDOW = 512
 # Waits between attempts of a publisher with ``retry_for``: doubling, capped.
@@ -59,6 +67,7 @@ RETRY_MAX_WAIT = 2.0
 # resource alarm blocks publishers and would otherwise keep it waiting forever).
 DEFAULT_TIMEOUT = 60.0
 CLOSE_TIMEOUT = 5.0
+NOT_OPEN = "the publisher is not open: use 'async with app.publisher()'"
 
 
 def retry_waits(first: float = RETRY_FIRST_WAIT, cap: float = RETRY_MAX_WAIT) -> Iterator[float]:
@@ -76,6 +85,8 @@ class PublishingApp(Protocol):
     def exchange(self) -> str: ...
     @property
     def queue(self) -> str: ...
+    @property
+    def queue_type(self) -> ladder.QueueType: ...
     def topology(self) -> Topology: ...
     @property
     def tracing(self) -> Tracing: ...
@@ -120,6 +131,8 @@ class Publisher:
         self._hooks = combine(hooks)
         self._channel: AbstractChannel | None = None
         self._exchange: AbstractExchange | None = None
+        self._ladder_ready = False  # declared, and the app's queue bound to it
+        self._ladder_lock = asyncio.Lock()
 
     async def __aenter__(self) -> Publisher:
         await self.open()
@@ -187,16 +200,60 @@ class Publisher:
                 async with asyncio.timeout(limit):
                     await channel.close()
 
-    def _target(self, type_name: str, delay: float | None) -> tuple[AbstractChannel, str, str]:
-        """The channel, exchange name and routing key to publish to."""
+    def _open_channel(self) -> AbstractChannel:
         if self._exchange is None or self._channel is None:
-            raise PublishInterrupted("the publisher is not open: use 'async with app.publisher()'")
-        if delay is None:
-            return self._channel, self._app.exchange, type_name
-        # A delayed message waits in this app's retry queue of that delay and then
-        # reaches this app's queue only, like a retry.
-        spec = self._app.topology().retry_queue(delay_ms(delay))
-        return self._channel, "", spec.name
+            raise PublishInterrupted(NOT_OPEN)
+        return self._channel
+
+    async def _declare_ladder(self) -> None:
+        """Declare the delay ladder and bind the app's queue to it, once per publisher,
+        on a channel of its own (a missing queue closes the channel it was bound on)."""
+        async with self._ladder_lock:
+            if self._ladder_ready:
+                return
+            if self._connection is None:
+                raise PublishInterrupted(NOT_OPEN)
+            queue = self._app.queue
+            try:
+                async with asyncio.timeout(self._timeout):
+                    channel = await self._connection.channel(publisher_confirms=False)
+                    try:
+                        await ladder_declare.declare(channel, ladder.ladder(self._app.queue_type))
+                        await ladder_declare.bind_destination(channel, queue)
+                    finally:
+                        if not channel.is_closed:
+                            await channel.close()
+            except aiormq.exceptions.ChannelNotFoundEntity:
+                raise Unroutable(
+                    f"queue {queue!r} does not exist, so a delayed message would have nowhere "
+                    "to go when due: start its worker or run 'rabbitq topology MODULE:APP'"
+                ) from None
+            except aiormq.exceptions.ChannelPreconditionFailed as exc:
+                raise mismatch_from_error(exc) or exc from exc
+            except TimeoutError:
+                raise PublishInterrupted(
+                    f"declaring the delay ladder took over {self._timeout:g}s"
+                ) from None
+            except FAILURES as exc:  # not connected, or the connection closed meanwhile
+                raise PublishInterrupted(f"could not declare the delay ladder: {exc!r}") from exc
+            self._ladder_ready = True
+
+    async def _send_delayed(
+        self, channel: AbstractChannel, exchange: str, key: str, body: bytes, props: Any
+    ) -> None:
+        """Send into the ladder (declared first if this publisher has not yet); if the
+        ladder has gone since (an operator deleted it), declare it again and resend once."""
+        declared_now = not self._ladder_ready
+        if declared_now:
+            await self._declare_ladder()
+        try:
+            await send_confirmed(channel, exchange, key, body, props)
+        except Unroutable:
+            if declared_now:
+                raise
+            self._ladder_ready = False
+            await self._declare_ladder()
+            await send_confirmed(channel, exchange, key, body, props)
 
     async def publish(
         self,
@@ -206,21 +263,33 @@ class Publisher:
         correlation_id: str | None = None,
         headers: Mapping[str, Any] | None = None,
         reply_to: str | None = None,
-        delay: float | None = None,
+        delay: float | timedelta | None = None,
+        at: datetime | None = None,
     ) -> str:
         """Publish and wait for the broker's confirm; return the ``message_id``.
 
-        ``delay`` (seconds) must equal one of the app's retry delays: the message then
-        waits in that retry queue and is delivered to this app's queue only.
+        ``delay`` (seconds or a timedelta, 0 to 48 days) or ``at`` (a timezone-aware
+        datetime; one in the past means now): the message waits in the delay ladder and
+        is then delivered to this app's queue only, never earlier, at most about 125 ms
+        (its rounding up) plus the broker's hops later (docs/delays.md). A naive
+        datetime, a negative delay, both, or a delay beyond the ladder raise
+        :class:`~rabbitq.DelayError` before anything is sent.
         """
         type_name = message.type_name()
-        channel, exchange, routing_key = self._target(type_name, delay)
-        if delay is not None:
+        delayed = delay is not None or at is not None
+        if delayed:
+            units, due = ladder.due_in(delay=delay, at=at)
+            exchange, routing_key = ladder.entry(self._app.queue_type, units)
             headers = {
                 **(headers or {}),
                 h.ORIGINAL_EXCHANGE: self._app.exchange,
                 h.ORIGINAL_ROUTING_KEY: type_name,
+                ladder.DELAY_TO: self._app.queue,
+                ladder.DUE: ladder.due_header(due),
             }
+        else:
+            exchange, routing_key = self._app.exchange, type_name
+        channel = self._open_channel()
         props = properties.new(
             message,
             message_id=message_id,
@@ -241,21 +310,24 @@ class Publisher:
                 correlation_id=props.correlation_id,
                 body_size=len(body),
             )
+
+        def send() -> Awaitable[None]:
+            if delayed:
+                return self._send_delayed(channel, exchange, routing_key, body, props)
+            return send_confirmed(channel, exchange, routing_key, body, props)
+
         try:
             if self._retry_for is None:
                 try:
                     async with asyncio.timeout(self._timeout):
-                        await send_confirmed(channel, exchange, routing_key, body, props)
+                        await send()
                 except TimeoutError:
                     raise PublishInterrupted(
                         f"no confirm within {self._timeout:g}s (is the broker blocking "
                         "publishers? a memory or disk alarm); it may or may not have been stored"
                     ) from None
             else:
-                await self._within(
-                    self._retry_for,
-                    lambda: send_confirmed(channel, exchange, routing_key, body, props),
-                )
+                await self._within(self._retry_for, send)
         except PublishError as exc:
             span.end(exc)
             self._hooks.publish_failed(self._app.exchange, type_name, error_kind(exc))

@@ -7,6 +7,8 @@ For ``App(queue="emails", exchange="rabbitq")`` with delays of 1 s and 10 s::
     queue     emails.retry.1s    TTL 1000 ms, DLX "" -> emails
     queue     emails.retry.10s   TTL 10000 ms, DLX "" -> emails
     queue     emails.dlq         overflow reject-publish (quorum: delivery limit 10^9)
+    binding   rabbitq.delay.deliver -> emails   headers rabbitq-delay-to = emails
+    ladder    rabbitq.delay.<type>.00 .. 24      shared by every app (rabbitq.ladder)
 
 Queue arguments are a wire contract: RabbitMQ refuses to redeclare a queue with
 other arguments, so any change here is a breaking change for deployed queues.
@@ -24,6 +26,8 @@ import aiormq
 from aio_pika.abc import AbstractChannel, AbstractConnection, AbstractQueue
 
 from ..errors import ConfigurationError, TopologyMismatch
+from ..ladder import declare as ladder_declare
+from ..ladder.plan import DELIVER_EXCHANGE, Ladder, destination_arguments, is_ladder_queue, ladder
 from ..retry import delay_label as delay_label  # re-exported: names use it
 from ..retry import delay_ms as delay_ms
 
@@ -66,6 +70,9 @@ class Topology:
     retries: tuple[QueueSpec, ...]
     dlq: QueueSpec
     routing_keys: tuple[str, ...]
+    ladder: Ladder
+    """The delay ladder of the app's queue type, shared by every app on the vhost; the
+    main queue is bound to its delivering exchange on its own name."""
 
     @property
     def queues(self) -> tuple[QueueSpec, ...]:
@@ -171,6 +178,7 @@ def plan(
         retries=retries,
         dlq=dlq,
         routing_keys=tuple(sorted(set(routing_keys))),
+        ladder=ladder(queue_type),
     )
 
 
@@ -250,13 +258,21 @@ def mismatch_from_error(
         )
     elif match["kind"] == "queue" and dlq:
         explanation = old_dlq(name, argument, detail)
+    elif is_ladder_queue(name):
+        explanation = (
+            f"{match['kind']} {name!r} belongs to the delay ladder that every app on this "
+            f"vhost shares (docs/delays.md), and exists with other arguments than rabbitq "
+            f"gives it: once it is empty, delete it (rabbitmqctl delete_queue {name}) and "
+            f"the next worker or 'rabbitq topology MODULE:APP' declares it again"
+        )
     return TopologyMismatch(
         match["kind"], name, argument, detail.replace("'", ""), explanation=explanation
     )
 
 
 async def declare(channel: AbstractChannel, topology: Topology) -> AbstractQueue:
-    """Declare the exchange, every queue and the bindings; return the main queue.
+    """Declare the exchange, every queue and the bindings, then the delay ladder and the
+    main queue's binding to it; return the main queue.
 
     Idempotent. Declaring on a robust channel makes aio-pika re-declare all of it
     after a reconnect.
@@ -273,6 +289,8 @@ async def declare(channel: AbstractChannel, topology: Topology) -> AbstractQueue
         main = declared[topology.main.name]
         for key in topology.routing_keys:
             await main.bind(exchange, routing_key=key)
+        await ladder_declare.declare(channel, topology.ladder)
+        await main.bind(DELIVER_EXCHANGE, arguments=destination_arguments(main.name))
     except aiormq.exceptions.ChannelPreconditionFailed as exc:
         mismatch = mismatch_from_error(exc, topology)
         if mismatch is None:

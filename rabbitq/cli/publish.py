@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+from datetime import datetime
 from typing import Any
 
 import click
@@ -11,9 +12,8 @@ import orjson
 from pydantic import AliasChoices, BaseModel, ValidationError
 
 from ..app import App, load_app
-from ..errors import ConfigurationError
+from ..ladder.plan import due_in
 from ..message import describe, lookup
-from ..retry import delay_ms
 from ..settings import TLS
 from .common import friendly_errors, tls_options, url_option
 
@@ -71,8 +71,15 @@ def _parse_body(app: App, type_name: str, body: str) -> Any:
 @click.option(
     "--delay",
     type=float,
-    help="Seconds to wait first; must equal one of the app's retry delays. "
-    "A delayed message reaches only this app's queue.",
+    help="Seconds to wait first (0 to 48 days, held by the broker's delay ladder); "
+    "a delayed message reaches only this app's queue.",
+)
+@click.option(
+    "--at",
+    "at",
+    metavar="ISO-8601",
+    help="Deliver at this time, with its offset (2026-12-01T09:00:00+01:00); "
+    "only this app's queue gets it.",
 )
 @url_option
 @tls_options
@@ -84,6 +91,7 @@ def publish(
     message_id: str | None,
     correlation_id: str | None,
     delay: float | None,
+    at: str | None,
     url: str | None,
     tls: TLS | None,
 ) -> None:
@@ -92,19 +100,32 @@ def publish(
     JSON is the message's fields as an object, or - to read it from stdin. Example:
 
         rabbitq publish examples.email_service:app email.send '{"to": "a@b.c", ...}'
+
+        rabbitq publish myservice:app reminder.send '{...}' --at 2026-12-01T09:00:00+01:00
     """
     app = load_app(app_spec)
     message = _parse_body(app, type_name, body)
-    if delay is not None:
-        try:  # a bad delay fails before connecting, as bad input (exit 2)
-            app.topology().retry_queue(delay_ms(delay))
-        except ConfigurationError as exc:
-            raise click.BadParameter(str(exc), param_hint="--delay") from None
+    when = None
+    if at is not None:
+        try:
+            when = datetime.fromisoformat(at)
+        except ValueError:
+            raise click.BadParameter(f"not an ISO 8601 time: {at!r}", param_hint="--at") from None
+    if delay is not None or when is not None:
+        try:  # a bad delay or time fails before connecting, as bad input (exit 2)
+            due_in(delay=delay, at=when)
+        except ValueError as exc:
+            hint = "--at" if at is not None else "--delay"
+            raise click.BadParameter(str(exc), param_hint=hint) from None
 
     async def go() -> str:
         async with app.publisher(url=url, tls=tls) as pub:
             return await pub.publish(
-                message, message_id=message_id, correlation_id=correlation_id, delay=delay
+                message,
+                message_id=message_id,
+                correlation_id=correlation_id,
+                delay=delay,
+                at=when,
             )
 
     mid = asyncio.run(go())

@@ -21,6 +21,7 @@ from ..amqp.topology import (
     retry_queue_name,
 )
 from ..app import load_app
+from ..ladder.plan import destination_arguments
 from ..retry import RetryPolicy, delay_ms
 from ..settings import TLS, redact_url, resolve_url
 from .common import friendly_errors, json_option, tls_options, url_option
@@ -40,6 +41,27 @@ def _topology_rows(topology: Topology) -> list[dict[str, Any]]:
             "arguments": {"routing_key": k},
         }
         for k in topology.routing_keys
+    ]
+    ladder = topology.ladder
+    levels = ladder.levels
+    rows += [
+        {"kind": "exchange", "name": ladder.deliver_exchange, "arguments": {"type": "headers"}},
+        {
+            "kind": "binding",
+            "name": f"{ladder.deliver_exchange} -> {topology.main.name}",
+            "arguments": destination_arguments(topology.main.name),
+        },
+        {
+            "kind": "delay ladder",
+            "name": f"{levels[0].name} .. {levels[-1].name.rpartition('.')[2]}",
+            "arguments": {
+                "shared": "by every app on the vhost",
+                "levels": len(levels),
+                "x-message-ttl": f"{levels[0].ttl_ms} .. {levels[-1].ttl_ms}",
+                **{k: v for k, v in levels[0].arguments.items() if k != "x-message-ttl"},
+                "x-dead-letter-exchange": "the level below",
+            },
+        },
     ]
     return rows
 

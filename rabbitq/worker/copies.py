@@ -39,9 +39,10 @@ from aio_pika.abc import AbstractChannel
 from pamqp.commands import Basic
 
 from ..amqp.confirm import send_confirmed
+from ..amqp.topology import Topology
 from ..errors import PublishInterrupted, PublishNacked, Unroutable
 from ..hooks import UNKNOWN, UNROUTABLE_COPY, Hooks
-from ..retry import DeadLetter, Retry
+from ..retry import DeadLetter, Retry, delay_label
 from .consumer import COPIES_HELD, Pausable
 from .delivery import Incoming
 from .dispatch import resolve_type
@@ -95,9 +96,12 @@ class CopyStore:
         self.held = 0
         self.reason: str | None = None
 
-    async def store(self, target: str, body: bytes, properties: Basic.Properties) -> None:
-        """Return once the copy to ``target`` is confirmed; raise PublishInterrupted if
-        the connection went away (or the worker stops while the copy is held)."""
+    async def store(
+        self, target: str, body: bytes, properties: Basic.Properties, *, exchange: str = ""
+    ) -> None:
+        """Return once the copy to ``target`` (a queue; with ``exchange``, the routing
+        key there) is confirmed; raise PublishInterrupted if the connection went away (or
+        the worker stops while the copy is held)."""
         waits = iter(hold_waits())
         redeclared = False
         holding = False
@@ -108,14 +112,14 @@ class CopyStore:
                     raise PublishInterrupted("not connected: the copy was not sent")
                 try:
                     async with asyncio.timeout(self.deadline):
-                        await send_confirmed(channel, "", target, body, properties)
+                        await send_confirmed(channel, exchange, target, body, properties)
                     return
                 except Unroutable:
-                    if target in self.own_queues and not redeclared:
+                    if (exchange or target) in self.own_queues and not redeclared:
                         await self._redeclare(UNROUTABLE_COPY)
                         redeclared = True
                         continue
-                    reason = f"{target} does not exist, even after declaring it again"
+                    reason = f"{exchange or target} does not exist, even after declaring it again"
                 except PublishNacked:
                     reason = f"{target} refused the copy (full: its length limit)"
                 except TimeoutError:
@@ -171,7 +175,9 @@ def report_copied(
             if decision.deferred
             else "failed",
             outcome.attempt,
-            decision.label,
+            f"{delay_label(decision.delay_ms)} (delay ladder)"
+            if decision.ladder
+            else decision.label,
             outcome.error,
         )
         hooks.retried(queue, outcome.type_name, decision.label, outcome.duration)
@@ -194,6 +200,16 @@ def _shown_type(outcome: Outcome, delivery: Incoming, queue: str) -> str:
     if outcome.type_name != UNKNOWN:
         return outcome.type_name
     return resolve_type(delivery, queue)[:200] or UNKNOWN
+
+
+def own_targets(topology: Topology) -> list[str]:
+    """The queues and exchanges of ``topology`` that the worker declares again when a
+    copy to one of them is unroutable: its queues, and the delay ladder's exchanges."""
+    return [
+        *(q.name for q in topology.queues),
+        *topology.ladder.exchanges,
+        topology.ladder.deliver_exchange,
+    ]
 
 
 def close_later(channel: AbstractChannel, delay: float) -> None:

@@ -43,7 +43,7 @@ from .admission import Admission
 from .breaker_guard import BreakerGuard
 from .consumer import BROKER_BLOCKED, CLOSE_TIMEOUT, NOT_CONSUMING, STOPPING, Consumer
 from .consumer_timeout import on_channel_closed
-from .copies import CopyStore
+from .copies import CopyStore, own_targets
 from .delivery import Incoming
 from .dispatch import attempt_of, process, resolve_type
 from .handler_pool import HandlerPool, report_abandoned, report_returned
@@ -111,7 +111,7 @@ class Worker:
         )
         self._copies = CopyStore(
             self._queue_name,
-            (q.name for q in self.topology.queues),
+            own_targets(self.topology),
             channel=lambda: self.keeper.copy_channel,
             redeclare=self.keeper.redeclare,
             consumer=self.consumer,

@@ -77,6 +77,7 @@ class Settler:
                 type_name=type_name,
                 error=outcome.error or "",
                 topology=self._topology,
+                queue=queue,
             )
             span.retried(decision.label, decision.next_attempt, decision.deferred, outcome.error)
         else:
@@ -94,7 +95,7 @@ class Settler:
         target = c.target
         span.copied(c.properties.headers or {})
         try:
-            await self._copies.store(target, c.body, c.properties)
+            await self._copies.store(target, c.body, c.properties, exchange=c.exchange)
         except PublishError as exc:
             log.error(
                 "could not store message %s in %s (%s); returning it to %r",

@@ -47,7 +47,8 @@ class Delivery:
 
 def test_a_retry_copy_goes_to_the_tier_of_its_delay_with_the_next_attempt():
     c = copy.retry(
-        Delivery(), Retry(10_000, 3), type_name="email.send", error="E: x", topology=TOPOLOGY
+        Delivery(), Retry(10_000, 3), type_name="email.send", error="E: x", topology=TOPOLOGY,
+        queue="mails",
     )
     assert c.target == "mails.retry.10s" and c.body == b'{"to": "a@b.c"}'
     headers = c.properties.headers or {}

@@ -261,7 +261,7 @@ def test_publish_of_a_message_no_queue_is_bound_for_is_an_error_not_a_silent_los
 
 
 @pytest.mark.broker
-def test_publish_with_a_delay_the_app_has_no_retry_queue_for_names_the_delays_it_has(
+def test_publish_with_a_delay_to_an_app_whose_queue_does_not_exist_is_a_one_line_error(
     unit_cli_exchange,
 ):
     body = '{"email": "a@b.c", "age": 3}'
@@ -269,7 +269,24 @@ def test_publish_with_a_delay_the_app_has_no_retry_queue_for_names_the_delays_it
         run("publish", APP, "unit.cli.signup", body, "--delay", "5", "--url", unit_cli_exchange),
         exit_code=2,
     )
-    assert "no retry queue for a delay of 5s on 'unit-cli'; available: 1s, 30s" in line
+    assert "queue 'unit-cli' does not exist, so a delayed message would have nowhere" in line
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--at", "2026-12-01T09:00:00"], "is a naive datetime: give it a timezone"),
+        (["--at", "tomorrow"], "not an ISO 8601 time: 'tomorrow'"),
+        (["--delay", "-1"], "must be a finite number of seconds, 0 or more"),
+        (["--delay", "5000000"], "is longer than the delay ladder holds"),
+        (["--delay", "5", "--at", "2026-12-01T09:00:00+00:00"], "give delay= or at=, not both"),
+    ],
+)
+def test_publish_with_an_impossible_delay_or_time_fails_before_connecting(args, says):
+    body = '{"email": "a@b.c", "age": 3}'
+    result = run("publish", APP, "unit.cli.signup", body, *args, "--url", UNREACHABLE)
+    line = assert_one_line_error(result, exit_code=result.exit_code or 1)
+    assert says in line
 
 
 # -- an unreachable broker -----------------------------------------------------------
@@ -388,6 +405,26 @@ def test_topology_dry_run_json_prints_the_plan_without_touching_the_broker():
             "kind": "binding",
             "name": "unit-cli-x -> unit-cli",
             "arguments": {"routing_key": "unit.cli.signup"},
+        },
+        {"kind": "exchange", "name": "rabbitq.delay.deliver", "arguments": {"type": "headers"}},
+        {
+            "kind": "binding",
+            "name": "rabbitq.delay.deliver -> unit-cli",
+            "arguments": {"x-match": "all", "rabbitq-delay-to": "unit-cli"},
+        },
+        {
+            "kind": "delay ladder",
+            "name": "rabbitq.delay.quorum.00 .. 24",
+            "arguments": {
+                "shared": "by every app on the vhost",
+                "levels": 25,
+                "x-message-ttl": "125 .. 2097152000",
+                "x-dead-letter-exchange": "the level below",
+                "x-queue-type": "quorum",
+                "x-delivery-limit": 1_000_000_000,
+                "x-dead-letter-strategy": "at-least-once",
+                "x-overflow": "reject-publish",
+            },
         },
     ]
 

@@ -1,12 +1,12 @@
 """The publisher against a real broker: confirms, wire properties, unroutable and
-interrupted publishes, pipelining, delayed publishes and exact round-trips of values."""
+interrupted publishes, pipelining and exact round-trips of values (delayed publishes:
+test_delayed_publish.py)."""
 
 from __future__ import annotations
 
 import asyncio
 import enum
 import subprocess
-import time
 import uuid
 from datetime import UTC, datetime, timedelta, timezone
 from decimal import Decimal
@@ -15,13 +15,11 @@ import orjson
 import pytest
 
 from rabbitq import (
-    ConfigurationError,
     Context,
     Message,
     Publisher,
     PublishError,
     PublishInterrupted,
-    RetryPolicy,
     Unroutable,
     Worker,
 )
@@ -202,74 +200,6 @@ async def test_publish_many_returns_the_ids_in_order_and_every_message_arrives(
     arrived = await drain_queue(connection, app.queue)
     assert [m.message_id for m in arrived] == ids
     assert [orjson.loads(m.body)["n"] for m in arrived] == list(range(300))
-
-
-async def test_a_delayed_message_waits_in_the_matching_retry_queue_then_reaches_the_app_queue(
-    make_app, connection
-):
-    app = note_app(make_app, retry=RetryPolicy(delays=(0.2, 1)))
-    await declare_topology(connection, app)
-    retry_1s = app.topology().retry_queue(1000).name
-    # The message enters the retry queue after ``before``, so it cannot expire from it
-    # before ``before`` + 1 s: what is seen until then is where it waits, and its arrival
-    # in the app queue is seen no earlier than that however slow the machine is.
-    before = time.monotonic()
-    async with app.publisher() as pub:
-        await pub.publish(Note(n=1), delay=1)
-
-    assert retry_1s == f"{app.queue}.retry.1s"
-    depths = [
-        await queue_depth(connection, retry_1s),
-        await queue_depth(connection, f"{app.queue}.retry.200ms"),
-        await queue_depth(connection, app.queue),
-    ]
-    if time.monotonic() - before < 0.99:  # read before it could have expired
-        assert depths == [1, 0, 0], "not waiting in the 1 s retry queue"
-
-    async def arrived() -> bool:
-        return await queue_depth(connection, app.queue) == 1
-
-    await wait_for(arrived, timeout=5, interval=0.02)
-    waited = time.monotonic() - before
-    assert 0.995 <= waited < 2.5, "delivered before its delay, or long after it"
-    assert await queue_depth(connection, retry_1s) == 0
-    [m] = await drain_queue(connection, app.queue)
-    assert m.type == "test.publisher.note"
-    assert orjson.loads(m.body) == {"n": 1, "text": ""}
-    # it came from the 1 s retry queue, which dead-lettered it on expiry
-    assert [(d["queue"], d["reason"]) for d in m.headers["x-death"]] == [(retry_1s, "expired")]
-
-
-async def test_a_delayed_message_reaches_only_the_app_queue_not_other_queues_bound_to_its_type(
-    make_app, connection
-):
-    app = note_app(make_app, retry=RetryPolicy(delays=(0.2,)))
-    other = note_app(make_app, retry=RetryPolicy(delays=(0.2,)))  # same exchange and type
-    await declare_topology(connection, app)
-    await declare_topology(connection, other)
-    async with app.publisher() as pub:
-        await pub.publish(Note(n=1), delay=0.2)
-
-    async def arrived() -> bool:
-        return await queue_depth(connection, app.queue) == 1
-
-    await wait_for(arrived, timeout=5)
-    await asyncio.sleep(0.3)  # give a stray copy every chance to show up
-    assert await queue_depth(connection, other.queue) == 0
-    for spec in other.topology().retries:
-        assert await queue_depth(connection, spec.name) == 0
-
-
-async def test_a_delay_that_is_not_one_of_the_app_tiers_raises_configuration_error(
-    make_app, connection
-):
-    app = note_app(make_app, retry=RetryPolicy(delays=(0.2, 1)))
-    await declare_topology(connection, app)
-    async with app.publisher() as pub:
-        with pytest.raises(ConfigurationError):
-            await pub.publish(Note(n=1), delay=5)
-    for spec in app.topology().queues:
-        assert await queue_depth(connection, spec.name) == 0
 
 
 async def test_decimal_datetime_uuid_and_enum_fields_round_trip_exactly_to_the_handler(

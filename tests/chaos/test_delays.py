@@ -1,0 +1,223 @@
+"""Delayed messages through a worker kill and a broker restart, on a private node.
+
+:func:`delays_under_faults` publishes ``messages`` reminders with random delays in
+[0, ``max_delay``] s on quorum queues; a third of the way in the worker is killed with
+``kill -9`` (another one takes over), and half-way the broker node is restarted. Every
+message must arrive (none lost), once from the ladder (a delivery the broker did not
+flag as redelivered; a redelivery after the kill or restart is counted apart), and none
+before the time in its ``rabbitq-due`` header. The lateness of each first handling is
+reported (p50, p99). Messages handled twice are counted and reported: at-least-once
+delivery allows a few across the restart (see the test). The suite runs 2,000
+messages over 60 s to stay within its time budget; docs/delays.md has the figures of
+a 10,000-message, 120 s run too (``python -m tests.chaos.test_delays 10000 120``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from rabbitq import PublishError
+from rabbitq.ladder import plan as ladder
+
+from ..broker_node import BrokerNode
+from ..helpers import declare_topology, delete_app_objects, queue_depth
+from .delay_service import Reminder, arrivals, build_app
+from .harness import connect_admin
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclass
+class DelayResult:
+    published: int
+    unconfirmed: int
+    lost: int
+    ladder_duplicates: int
+    """Messages that came out of the ladder more than once (not flagged redelivered)."""
+    redeliveries: int
+    """Handlings again after the kill or the restart (flagged redelivered by the broker)."""
+    early: int
+    lateness: list[float]
+    """Seconds from each message's due time to the start of its first handling."""
+    quiet: list[float]
+    """The lateness of the messages due before the kill: no fault in their way."""
+    after: list[float]
+    """The lateness of the messages due 10 s or more after the broker was back."""
+    seconds: float
+    twice: list[str]
+    """Each message handled more than once: its handlings, relative to the faults."""
+
+    def percentile(self, p: float, of: list[float] | None = None) -> float:
+        ordered = sorted(self.lateness if of is None else of)
+        return ordered[min(len(ordered) - 1, int(p / 100 * len(ordered)))]
+
+    def summary(self) -> str:
+        return (
+            f"{self.published} delayed messages (unconfirmed {self.unconfirmed}): "
+            f"lost {self.lost}, out of the ladder twice {self.ladder_duplicates}, "
+            f"handled again after the kill/restart {self.redeliveries}, "
+            f"early {self.early}; lateness p50 {self.percentile(50) * 1000:.0f} ms, "
+            f"p99 {self.percentile(99) * 1000:.0f} ms, max {max(self.lateness) * 1000:.0f} ms; "
+            f"the {len(self.quiet)} due before the kill: p50 "
+            f"{self.percentile(50, self.quiet) * 1000:.0f} ms, p99 "
+            f"{self.percentile(99, self.quiet) * 1000:.0f} ms; the {len(self.after)} due 10 s "
+            f"after the restart: p50 {self.percentile(50, self.after) * 1000:.0f} ms, p99 "
+            f"{self.percentile(99, self.after) * 1000:.0f} ms ({self.seconds:.0f} s)"
+        )
+
+
+def worker(url: str, queue: str, ledger: Path, log: Path) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "DELAY_QUEUE": queue, "DELAY_LEDGER": str(ledger)}
+    env.pop("RABBITQ_URL", None)
+    with log.open("ab") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "rabbitq", "worker", "tests.chaos.delay_service:app",
+             "--url", url, "--log-level", "WARNING"],
+            cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+
+
+async def delays_under_faults(
+    node: BrokerNode, workdir: Path, *, messages: int = 2000, max_delay: float = 60.0
+) -> DelayResult:
+    began = time.monotonic()
+    queue = f"chaos.delay.{uuid.uuid4().hex[:8]}"
+    ledger = workdir / "arrivals.log"
+    app = build_app(queue, str(ledger), url=node.url)
+    connection = await connect_admin(node.url)
+    procs: list[subprocess.Popen[bytes]] = []
+    published: set[str] = set()
+    unconfirmed = 0
+    try:
+        await declare_topology(connection, app)
+        procs.append(worker(node.url, queue, ledger, workdir / "worker.log"))
+        start = time.time()
+        async with app.publisher(retry_for=30) as pub:
+            sem = asyncio.Semaphore(64)
+
+            async def one(n: int) -> None:
+                nonlocal unconfirmed
+                async with sem:
+                    try:
+                        mid = await pub.publish(Reminder(n=n), delay=random.uniform(0, max_delay))
+                    except PublishError:
+                        unconfirmed += 1
+                    else:
+                        published.add(mid)
+
+            await asyncio.gather(*(one(n) for n in range(messages)))
+        # a third of the way: kill -9 the worker, start another
+        await asyncio.sleep(max(0.0, start + max_delay / 3 - time.time()))
+        killed = time.time()
+        procs[0].send_signal(signal.SIGKILL)
+        procs[0].wait(timeout=30)
+        procs.append(worker(node.url, queue, ledger, workdir / "worker.log"))
+        # half-way: restart the broker node (its queues, the ladder's too, are durable)
+        await asyncio.sleep(max(0.0, start + max_delay / 2 - time.time()))
+        down = time.time()
+        await asyncio.to_thread(node.restart_app, 2.0)
+        up = time.time()
+        deadline = time.monotonic() + max_delay + 60
+        while time.monotonic() < deadline:
+            if published <= {a.message_id for a in arrivals(ledger)}:
+                break
+            await asyncio.sleep(0.5)
+        await asyncio.sleep(2)  # a duplicate, if any, has every chance to show up
+        for p in procs:
+            p.send_signal(signal.SIGTERM)
+            p.wait(timeout=60)
+        leftover = sum(
+            [await queue_depth(connection, level.name) for level in app.topology().ladder.levels]
+        )
+        assert leftover == 0, f"{leftover} message(s) still in the ladder"
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        await delete_app_objects(connection, app)
+        await connection.close()
+    seen = arrivals(ledger)
+    fresh = Counter(a.message_id for a in seen if not a.redelivered)
+    first: dict[str, float] = {}
+    quiet: list[float] = []
+    after: list[float] = []
+    early = 0
+    for a in seen:
+        early += a.started < a.due
+        if a.message_id not in first:
+            first[a.message_id] = a.started - a.due
+            if a.due < killed:
+                quiet.append(a.started - a.due)
+            elif a.due > up + 10:
+                after.append(a.started - a.due)
+    return DelayResult(
+        published=len(published),
+        unconfirmed=unconfirmed,
+        lost=len(published - set(first)),
+        ladder_duplicates=sum(n - 1 for n in fresh.values() if n > 1),
+        redeliveries=len(seen) - len(first),
+        early=early,
+        lateness=[first[m] for m in published if m in first],
+        quiet=quiet,
+        after=after,
+        seconds=time.monotonic() - began,
+        twice=[
+            f"{mid}: "
+            + ", ".join(
+                f"{a.started - killed:+.2f}s from the kill, {a.started - down:+.2f}s from stop_app "
+                f"(up {up - down:.1f}s later), due {a.due - a.started:+.2f}s, pid {a.pid}, "
+                f"redelivered {a.redelivered}"
+                for a in seen
+                if a.message_id == mid
+            )
+            for mid, n in Counter(a.message_id for a in seen).items()
+            if n > 1
+        ],
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+async def test_delayed_messages_arrive_once_and_never_early_through_a_worker_kill_and_a_broker_restart(  # noqa: E501
+    chaos_node, tmp_path
+):
+    result = await delays_under_faults(chaos_node, tmp_path, messages=2000, max_delay=60)
+    print(result.summary())
+    print("\n".join(result.twice))
+    assert result.published == 2000 and result.lost == 0, result.summary()
+    assert result.early == 0, result.summary()
+    # At-least-once, as everything in rabbitq: a restart may hand a message over twice
+    # (a delivery whose ack the stopping broker never read; a hop the ladder's
+    # at-least-once dead-lettering sends again). Counted and reported, never a flood.
+    assert result.ladder_duplicates + result.redeliveries <= 2000 // 100, result.summary()
+    assert result.lateness and len(ladder.hops(ladder.MAX_UNITS)) == ladder.LEVELS
+
+
+if __name__ == "__main__":  # python -m tests.chaos.test_delays [MESSAGES] [MAX_DELAY]
+
+    async def main() -> None:
+        import tempfile
+
+        count = int(sys.argv[1]) if len(sys.argv) > 1 else 10_000
+        spread = float(sys.argv[2]) if len(sys.argv) > 2 else 120.0
+        with BrokerNode.started("rabbitq-delays") as node, tempfile.TemporaryDirectory() as tmp:
+            print(
+                (
+                    await delays_under_faults(node, Path(tmp), messages=count, max_delay=spread)
+                ).summary()
+            )
+
+    asyncio.run(main())
