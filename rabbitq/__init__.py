@@ -7,7 +7,7 @@ with the reason attached. See the README for the guarantees and a tutorial.
 from importlib.metadata import PackageNotFoundError, version
 
 from .amqp.publisher import Publisher
-from .app import App, Handler, load_app
+from .app import App, load_app
 from .breaker import Breaker
 from .context import Context
 from .errors import (
@@ -30,6 +30,7 @@ from .errors import (
     TopologyMismatch,
     Unroutable,
 )
+from .handler import Handler
 from .hooks import Hooks
 from .message import Message
 from .ops.endpoints import serve_metrics

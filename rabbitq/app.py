@@ -7,11 +7,9 @@ for a publisher or run a worker, so it is safe to build at import time.
 from __future__ import annotations
 
 import importlib
-import inspect
 import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from datetime import timedelta
 from types import EllipsisType
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -21,8 +19,20 @@ from .amqp.publisher import Publisher
 from .amqp.topology import DEFAULT_DELIVERY_LIMIT, DEFAULT_QUEUE_TYPE, QueueType, Topology, plan
 from .breaker import Breaker
 from .errors import AppLoadError, ConfigurationError, install_hint
+from .handler import (
+    DEFAULT_MAX_BODY_SIZE,
+    Handler,
+    HandlerFn,
+    KeyFn,
+    build_limit,
+    check_breaker,
+    check_max_body_size,
+    check_timeout,
+    is_async_fn,
+    wants_context,
+)
 from .message import Message
-from .ratelimit import Limit, RateBackend, parse_rate
+from .ratelimit import RateBackend
 from .retry import RetryPolicy
 from .schedule.spec import DEFAULT_CATCH_UP, CatchUp, Schedules
 from .settings import TLS, join_urls, resolve_url
@@ -39,111 +49,11 @@ if TYPE_CHECKING:
 
 M = TypeVar("M", bound=Message)
 F = TypeVar("F", bound=Callable[..., Any])
-HandlerFn = Callable[..., Any]
-KeyFn = Callable[[Any], object]  # the message -> its idempotency key (str() is applied)
 
 DEFAULT_TIMEOUT = 300.0
-# Bodies above this are dead-lettered as ``invalid`` before any parsing (see docs/safety.md).
-DEFAULT_MAX_BODY_SIZE = 4 * 1024 * 1024
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Handler:
-    """A registered handler: the function and how it is run."""
 
-    model: type[Message]
-    fn: HandlerFn
-    retry: RetryPolicy
-    timeout: float | None
-    is_async: bool
-    wants_context: bool
-    max_body_size: int | None = DEFAULT_MAX_BODY_SIZE
-    breaker: Breaker | None = None
-    limit: Limit | None = None  # rate and concurrency limits (rabbitq.ratelimit)
-    idempotency: IdempotencyStore | None = None
-    key: KeyFn | None = None  # None: ctx.message_id
-
-    @property
-    def type_name(self) -> str:
-        """The message type this handler consumes."""
-        return self.model.type_name()
-
-
-def _wants_context(fn: HandlerFn) -> bool:
-    params = [
-        p
-        for p in inspect.signature(fn).parameters.values()
-        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
-    ]
-    if not params or len(params) > 2:
-        name = getattr(fn, "__qualname__", repr(fn))  # a callable object has none
-        raise ConfigurationError(f"handler {name} must take (message) or (message, ctx)")
-    return len(params) == 2
-
-
-def _is_async(fn: HandlerFn) -> bool:
-    # An object with ``async def __call__`` is not a coroutine function to inspect; run
-    # as sync it would return an unawaited coroutine and the message would be acked.
-    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(type(fn).__call__)
-
-
-def _check_max_body_size(size: int | None) -> int | None:
-    if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 1):
-        raise ConfigurationError(f"max_body_size must be positive bytes or None, not {size!r}")
-    return size
-
-
-def _check_breaker(breaker: Breaker | None) -> Breaker | None:
-    if breaker is not None and not isinstance(breaker, Breaker):
-        raise ConfigurationError(f"breaker must be a rabbitq.Breaker or None, not {breaker!r}")
-    return breaker
-
-
-def _check_timeout(timeout: float | None) -> float | None:
-    if timeout is not None and not timeout > 0:
-        raise ConfigurationError(f"timeout must be positive seconds or None, not {timeout!r}")
-    return timeout
-
-
-def _limit(
-    *,
-    rate_limit: str | None,
-    burst: int,
-    concurrency: int | None,
-    limiter: RateBackend | None,
-    limit_key: str | None,
-    default_key: str,
-    prefetch: int,
-) -> Limit | None:
-    if concurrency is not None and (
-        isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1
-    ):
-        raise ConfigurationError(f"concurrency must be a positive integer, not {concurrency!r}")
-    if concurrency is not None and concurrency > prefetch:
-        raise ConfigurationError(
-            f"concurrency={concurrency} is above the app's prefetch ({prefetch}): "
-            f"no more than prefetch handlers run at once anyway"
-        )
-    if rate_limit is None:
-        if concurrency is None:
-            if limiter is not None or limit_key is not None:
-                raise ConfigurationError("limiter and limit_key need a rate_limit or concurrency")
-            return None
-        if limit_key is not None and limiter is None:
-            raise ConfigurationError(
-                "limit_key needs a rate_limit or a shared limiter (a concurrency cap alone "
-                "is per process)"
-            )
-    if limiter is not None and not callable(getattr(limiter, "acquire", None)):
-        raise ConfigurationError(
-            f"limiter must be a rate backend (LocalRates, RedisRates), not {limiter!r}"
-        )
-    return Limit(
-        rate=None if rate_limit is None else parse_rate(rate_limit, burst=burst),
-        concurrency=concurrency,
-        backend=limiter,
-        key=limit_key or default_key,
-    )
 
 
 class App:
@@ -207,11 +117,11 @@ class App:
         self.exchange = exchange
         self.prefetch = prefetch
         self.retry = retry or RetryPolicy()
-        self.timeout = _check_timeout(timeout)
+        self.timeout = check_timeout(timeout)
         self.queue_type: QueueType = queue_type
         self.delivery_limit = delivery_limit
-        self.max_body_size = _check_max_body_size(max_body_size)
-        self.breaker = _check_breaker(breaker)
+        self.max_body_size = check_max_body_size(max_body_size)
+        self.breaker = check_breaker(breaker)
         self.tls = tls
         self.tracing = tracing or NO_TRACING
         if limit_waiting is not None and (
@@ -281,14 +191,14 @@ class App:
         if name in self._handlers:
             raise ConfigurationError(f"{self!r} already has a handler for {name!r}")
 
-        limit = self.timeout if isinstance(timeout, EllipsisType) else _check_timeout(timeout)
+        limit = self.timeout if isinstance(timeout, EllipsisType) else check_timeout(timeout)
         size = (
             self.max_body_size
             if isinstance(max_body_size, EllipsisType)
-            else _check_max_body_size(max_body_size)
+            else check_max_body_size(max_body_size)
         )
 
-        limits = _limit(
+        limits = build_limit(
             rate_limit=rate_limit,
             burst=burst,
             concurrency=concurrency,
@@ -304,12 +214,12 @@ class App:
                 fn=fn,
                 retry=retry or self.retry,
                 timeout=limit,
-                is_async=_is_async(fn),
-                wants_context=_wants_context(fn),
+                is_async=is_async_fn(fn),
+                wants_context=wants_context(fn),
                 max_body_size=size,
                 breaker=self.breaker
                 if isinstance(breaker, EllipsisType)
-                else _check_breaker(breaker),
+                else check_breaker(breaker),
                 limit=limits,
                 idempotency=self.idempotency
                 if isinstance(idempotency, EllipsisType)

@@ -15,6 +15,7 @@ a ``CancelledError`` is passed on only when the publishing task itself was cance
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator
 
 import aiormq
 from aio_pika.abc import AbstractChannel
@@ -24,6 +25,9 @@ from ..errors import PublishError, PublishInterrupted, PublishNacked, Unroutable
 from .cancel import cancelled_by_caller
 from .inflight import one_in_flight
 
+# Waits between attempts of a publisher with ``retry_for``: doubling, capped.
+RETRY_FIRST_WAIT = 0.1
+RETRY_MAX_WAIT = 2.0
 # What a publish on a channel can raise, all turned into a PublishError.
 FAILURES = (aiormq.exceptions.AMQPError, ConnectionError, OSError, RuntimeError)
 
@@ -88,3 +92,11 @@ def error_kind(exc: PublishError) -> str:
     if isinstance(exc, PublishNacked):
         return "nacked"
     return "interrupted"
+
+
+def retry_waits(first: float = RETRY_FIRST_WAIT, cap: float = RETRY_MAX_WAIT) -> Iterator[float]:
+    """The waits between attempts: 0.1, 0.2, 0.4, ... seconds, at most ``cap`` each."""
+    wait = first
+    while True:
+        yield wait
+        wait = min(wait * 2, cap)

@@ -30,7 +30,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Any, Protocol
@@ -55,27 +55,16 @@ from ..settings import TLS
 from ..tracing.base import NO_SEND, Tracing
 from . import headers as h
 from . import properties
-from .confirm import FAILURES, error_kind, send_confirmed
+from .confirm import FAILURES, error_kind, retry_waits, send_confirmed
 from .connection import connect
 from .topology import Topology, mismatch_from_error
 
 DEFAULT_WINDOW = 512
-# Waits between attempts of a publisher with ``retry_for``: doubling, capped.
-RETRY_FIRST_WAIT = 0.1
-RETRY_MAX_WAIT = 2.0
 # How long a publish without ``retry_for`` waits for its confirm (a broker under a
 # resource alarm blocks publishers and would otherwise keep it waiting forever).
 DEFAULT_TIMEOUT = 60.0
 CLOSE_TIMEOUT = 5.0
 NOT_OPEN = "the publisher is not open: use 'async with app.publisher()'"
-
-
-def retry_waits(first: float = RETRY_FIRST_WAIT, cap: float = RETRY_MAX_WAIT) -> Iterator[float]:
-    """The waits between attempts: 0.1, 0.2, 0.4, ... seconds, at most ``cap`` each."""
-    wait = first
-    while True:
-        yield wait
-        wait = min(wait * 2, cap)
 
 
 class PublishingApp(Protocol):

@@ -18,7 +18,7 @@ from starlette.responses import Response
 from ..dlq.text import escape
 from ..errors import RabbitqError
 from ..settings import redact_url, scrub, url_password
-from .routes import templates
+from .pages import templates
 from .security import COOKIE, CSRF_FIELD
 from .state import State
 

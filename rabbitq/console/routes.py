@@ -13,7 +13,6 @@ import logging
 import re
 import time
 from pathlib import Path
-from typing import Any, cast
 
 from starlette.datastructures import FormData
 from starlette.exceptions import HTTPException
@@ -21,11 +20,9 @@ from starlette.requests import Request
 from starlette.responses import FileResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
-from starlette.templating import Jinja2Templates
 
 from .. import dlq
 from ..errors import DlqError, RabbitqError
-from ..settings import scrub, url_password
 from . import views
 from .actions import (
     OPERATIONS,
@@ -39,52 +36,19 @@ from .actions import (
 )
 from .chart import sparkline
 from .fingerprint import group_messages, reason_counts
+from .pages import error_page, render, session_of, state_of
 from .security import COOKIE, CSRF_FIELD, same_origin
-from .state import State
 from .status_view import histories, tracing_for
 
 HERE = Path(__file__).parent
-templates = Jinja2Templates(directory=str(HERE / "templates"))
-templates.env.filters["when"] = views.when
-templates.env.filters["rate"] = views.rate_text
-templates.env.finalize = views.shown  # control characters as escapes, in every field
 log = logging.getLogger("rabbitq.console")
 MAX_ROWS = 200  # message rows listed on a DLQ page (groups count them all)
 BUSY_WAIT = 0.5  # seconds a page waits for a running job before saying it is busy
 
 
-def _state(request: Request) -> State:
-    return cast(State, request.app.state.console)
-
-
-def _session(request: Request) -> str | None:
-    return request.cookies.get(COOKIE)
-
-
-def _render(request: Request, name: str, status: int = 200, **context: Any) -> Response:
-    state = _state(request)
-    session = _session(request)
-    who = state.config.guard.who(session)
-    context.update(
-        config=state.config,
-        signed_in=who is not None,
-        who=who,
-        can_act=who is not None and not state.config.read_only,
-        csrf=state.config.guard.csrf(session) if session and who else "",
-        csrf_field=CSRF_FIELD,
-    )
-    return templates.TemplateResponse(request, name, context, status_code=status)
-
-
-def _error(request: Request, status: int, message: str) -> Response:
-    state = _state(request)
-    text = scrub(message, url_password(state.config.url))
-    return _render(request, "error.html", status=status, message=text)
-
-
 def _queue(request: Request) -> str:
     name: str = request.path_params["queue"]
-    target = _state(request).target(name)
+    target = state_of(request).target(name)
     if target is None:
         raise HTTPException(404, f"{name!r} is not one of this console's queues")
     return target.dlq
@@ -94,14 +58,14 @@ def _queue(request: Request) -> str:
 
 
 async def overview(request: Request) -> Response:
-    state = _state(request)
+    state = state_of(request)
     samples = list(state.history.samples)
     now = time.time()
     services = views.overview(state.config.targets, samples)
     charts = {
         s.target.dlq: sparkline(state.history.series(s.target.dlq), now=now) for s in services
     }
-    return _render(
+    return render(
         request,
         "overview.html",
         services=services,
@@ -114,7 +78,7 @@ async def overview(request: Request) -> Response:
 
 async def _read(request: Request, queue: str, filters: dlq.Filters) -> list[dlq.DeadMessage]:
     """Read the DLQ under its lock; a running job makes the page say it is busy."""
-    state = _state(request)
+    state = state_of(request)
     lock = state.lock(queue)
     try:
         await asyncio.wait_for(lock.acquire(), timeout=BUSY_WAIT)
@@ -136,7 +100,7 @@ class _Busy(Exception):
 
 async def dead_letters(request: Request) -> Response:
     queue = _queue(request)
-    state = _state(request)
+    state = state_of(request)
     params = views.filter_params(request.query_params)
     try:
         filters = dlq.Filters.build(
@@ -147,13 +111,13 @@ async def dead_letters(request: Request) -> Response:
             grep=params.get("grep"),
         )
     except DlqError as exc:
-        return _render(request, "dlq.html", status=400, queue=queue, params=params, bad=str(exc))
+        return render(request, "dlq.html", status=400, queue=queue, params=params, bad=str(exc))
     try:
         messages = await _read(request, queue, filters)
     except _Busy as busy:
-        return _render(request, "busy.html", status=503, queue=queue, job=busy.job)
+        return render(request, "busy.html", status=503, queue=queue, job=busy.job)
     except RabbitqError as exc:
-        return _error(request, 502, str(exc))
+        return error_page(request, 502, str(exc))
     groups = group_messages(messages)
     chosen = request.query_params.get("group")
     group = next((g for g in groups if g.id == chosen), None) if chosen else None
@@ -168,7 +132,7 @@ async def dead_letters(request: Request) -> Response:
         {g.id: tuple(g.keys) for g in groups},
         {g.id: f"{g.reason} · {g.label}" for g in groups},
     )
-    return _render(
+    return render(
         request,
         "dlq.html",
         queue=queue,
@@ -189,22 +153,22 @@ async def dead_letters(request: Request) -> Response:
 
 async def message(request: Request) -> Response:
     queue = _queue(request)
-    state = _state(request)
+    state = state_of(request)
     key = request.path_params["key"]
     try:
         found = await _read(request, queue, dlq.Filters(keys=frozenset({key})))
     except _Busy as busy:
-        return _render(request, "busy.html", status=503, queue=queue, job=busy.job)
+        return render(request, "busy.html", status=503, queue=queue, job=busy.job)
     except RabbitqError as exc:
-        return _error(request, 502, str(exc))
+        return error_page(request, 502, str(exc))
     if not found:
-        return _error(
+        return error_page(
             request, 404, f"that message is no longer in {queue} (replayed or purged since)"
         )
     m = found[0]
     snap = state.snapshots.add(queue, dlq.Filters(), [m.key])
     history = await histories(state.config.statuses, m.message_id) if m.message_id else []
-    return _render(
+    return render(
         request, "message.html", queue=queue, m=m, s=views.message_sections(m), snapshot=snap,
         histories=history,
     )  # fmt: skip
@@ -218,15 +182,15 @@ def _local(path: str | None) -> str:
 
 
 async def login(request: Request) -> Response:
-    state = _state(request)
+    state = state_of(request)
     if request.method == "GET":
-        return _render(request, "login.html", next=_local(request.query_params.get("next")))
+        return render(request, "login.html", next=_local(request.query_params.get("next")))
     if not same_origin(request.headers.get("origin"), request.headers.get("host")):
-        return _error(request, 403, "refused: the form came from another site")
+        return error_page(request, 403, "refused: the form came from another site")
     form = await request.form()
     session = state.config.guard.sign_in(str(form.get("token", "")))
     if session is None:
-        return _render(
+        return render(
             request, "login.html", status=403, next=_local(str(form.get("next"))), failed=True
         )
     response = RedirectResponse(_local(str(form.get("next", "/"))), status_code=303)
@@ -236,7 +200,7 @@ async def login(request: Request) -> Response:
 
 async def logout(request: Request) -> Response:
     await _checked_form(request, allow_read_only=True)
-    _state(request).config.guard.sign_out(_session(request))
+    state_of(request).config.guard.sign_out(session_of(request))
     response = RedirectResponse("/", status_code=303)
     response.delete_cookie(COOKIE, path="/")
     return response
@@ -245,13 +209,13 @@ async def logout(request: Request) -> Response:
 async def _checked_form(request: Request, *, allow_read_only: bool = False) -> FormData:
     """The form of a state-changing POST, or 403: read-only, not signed in, bad CSRF
     token, or another site's ``Origin``."""
-    state = _state(request)
+    state = state_of(request)
     guard = state.config.guard
     if guard.read_only and not allow_read_only:
         raise HTTPException(403, "read-only console: actions are disabled")
     if not same_origin(request.headers.get("origin"), request.headers.get("host")):
         raise HTTPException(403, "refused: the form came from another site")
-    session = _session(request)
+    session = session_of(request)
     if guard.who(session) is None:
         raise HTTPException(403, "sign in with the console's token first")
     form = await request.form()
@@ -266,7 +230,7 @@ async def _checked_form(request: Request, *, allow_read_only: bool = False) -> F
 
 def _action(request: Request, form: FormData) -> tuple[str, Snapshot, tuple[str, ...], str]:
     """``(operation, snapshot, keys, description)`` named by a form."""
-    state = _state(request)
+    state = state_of(request)
     queue = _queue(request)
     operation, _, rest = str(form.get("act", "")).partition(":")
     scope, _, group = rest.partition(":")
@@ -291,7 +255,7 @@ def _target_queue(form: FormData) -> str | None:
 async def confirm(request: Request) -> Response:
     form = await _checked_form(request)
     operation, snap, keys, what = _action(request, form)
-    return _render(
+    return render(
         request,
         "confirm.html",
         queue=snap.queue,
@@ -308,9 +272,9 @@ async def confirm(request: Request) -> Response:
 async def run(request: Request) -> Response:
     form = await _checked_form(request)
     operation, snap, keys, what = _action(request, form)
-    state = _state(request)
+    state = state_of(request)
     to = _target_queue(form) if operation == "replay" else None
-    who = state.config.guard.who(_session(request)) or "?"
+    who = state.config.guard.who(session_of(request)) or "?"
     job = Job(
         id=new_job_id(),
         operation=operation,
@@ -370,27 +334,22 @@ async def run(request: Request) -> Response:
 
 
 async def job_page(request: Request) -> Response:
-    job = _state(request).jobs.get(request.path_params["job"])
+    job = state_of(request).jobs.get(request.path_params["job"])
     if job is None:
-        return _error(request, 404, "no such job (the console keeps the latest 200)")
-    return _render(request, "job.html", job=job)
+        return error_page(request, 404, "no such job (the console keeps the latest 200)")
+    return render(request, "job.html", job=job)
 
 
 async def export_file(request: Request) -> Response:
-    state = _state(request)
-    if state.config.guard.who(_session(request)) is None:
-        return _error(request, 403, "sign in with the console's token first")
+    state = state_of(request)
+    if state.config.guard.who(session_of(request)) is None:
+        return error_page(request, 403, "sign in with the console's token first")
     job = state.jobs.get(request.path_params["job"])
     if job is None or job.export_path is None or not job.done or not job.export_path.exists():
-        return _error(request, 404, "no such export")
+        return error_page(request, 404, "no such export")
     return FileResponse(
         job.export_path, media_type="application/x-ndjson", filename=job.export_path.name
     )
-
-
-async def http_error(request: Request, exc: Exception) -> Response:
-    assert isinstance(exc, HTTPException)
-    return _error(request, exc.status_code, exc.detail)
 
 
 routes = [

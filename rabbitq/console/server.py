@@ -16,7 +16,8 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .outbox_page import outbox_page
-from .routes import http_error, routes
+from .pages import http_error
+from .routes import routes
 from .security import host_allowed, host_name
 from .state import Config, State
 from .status_page import status_page

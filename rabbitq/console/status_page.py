@@ -7,7 +7,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from ..dlq.text import escape
-from .routes import templates
+from .pages import templates
 from .security import COOKIE, CSRF_FIELD
 from .state import State
 from .status_view import MAX_ID, histories

@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
 from typing import Any
 
 from ..amqp.brokers import BrokerFacts, describe
-from ..amqp.droprisk import DropRisk, drop_risks
 from ..amqp.topology import DLQ_DELIVERY_LIMIT, QueueSpec, Topology, delay_label
 from ..worker.consumer_args import consumer_arguments, enforced_timeout
 from ..worker.consumer_timeout import DEFAULT_CONSUMER_TIMEOUT, timeout_problems
+from .doctor_drops import dlq_drops
 from .doctor_facts import LEVELS, Facts, Finding, Level, QueueState
 
 
@@ -35,7 +34,7 @@ def diagnose(facts: Facts) -> list[Finding]:
         state = facts.queues.get(spec.name)
         if state is not None and state.exists:
             if spec.kind == "dlq":  # what drops dead letters: rabbitq.amqp.droprisk's dangers
-                drops, state = _dlq_drops(spec, state)
+                drops, state = dlq_drops(spec, state)
                 findings += drops
             findings += _policy(spec, state, facts.broker)
     return findings
@@ -380,33 +379,6 @@ def _policy(spec: QueueSpec, state: QueueState, broker: BrokerFacts) -> list[Fin
                 _dlq_limit_fix(spec.name, broker),
             )
     return findings
-
-
-def _dlq_drops(spec: QueueSpec, state: QueueState) -> tuple[list[Finding], QueueState]:
-    """A danger per DLQ setting that drops dead letters, and the state without those
-    settings for :func:`_policy` (which says the rest: limits that refuse, reads)."""
-    arguments = state.arguments if state.arguments is not None else spec.arguments
-    risks = drop_risks(arguments, state.effective_policy, policy=state.policy,
-                       operator_policy=state.operator_policy)  # fmt: skip
-    findings = [
-        Finding(level="danger", topic="policies", message=f"{spec.name} drops dead letters: {r}",
-                fix=_drop_fix(r))
-        for r in risks
-    ]  # fmt: skip
-    said = {r.setting for r in risks} | {"message-ttl", "expires"}
-    rest = {k: v for k, v in state.effective_policy.items() if k not in said}
-    return findings, replace(state, effective_policy=rest)
-
-
-def _drop_fix(risk: DropRisk) -> str:
-    where = f"the {risk.source}" if risk.source != "argument" else "the queue's arguments"
-    moved = f"or give {where} a dead-letter target (dead-letter-exchange, -routing-key)"
-    if risk.setting == "expires":
-        return f"remove expires from {where} (the queue itself is deleted)"
-    if risk.setting == "message-ttl":
-        return f"remove message-ttl from {where}, {moved}"
-    return (f'add "overflow": "reject-publish" to {where} (the worker then holds what does '
-            f"not fit), remove the limit, {moved}")  # fmt: skip
 
 
 def _regex(name: str) -> str:

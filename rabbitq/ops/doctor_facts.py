@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from ..amqp.brokers import BrokerFacts
 from ..amqp.topology import Topology
-from ..app import Handler
+from ..handler import Handler
 
 Level = Literal["info", "warning", "danger"]
 LEVELS: tuple[Level, ...] = ("info", "warning", "danger")

@@ -16,7 +16,7 @@ every process is connected), the breaker is the maximum.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING
 
@@ -25,6 +25,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from ..amqp.topology import QueueDepth, delay_label
 from ..hooks import REDECLARE_REASONS, UNKNOWN, Hooks
 from ..retry import EXHAUSTED, INVALID, PERMANENT, UNKNOWN_TYPE
+from .watch_series import WatchSeries
 
 if TYPE_CHECKING:
     from ..app import App
@@ -54,7 +55,7 @@ def _version() -> str:
         return "0+unknown"
 
 
-class Metrics(Hooks):
+class Metrics(WatchSeries, Hooks):
     """Worker and publisher hooks that record Prometheus metrics.
 
     ``registry`` defaults to a new :class:`~prometheus_client.CollectorRegistry`
@@ -214,22 +215,7 @@ class Metrics(Hooks):
             registry=r,
             multiprocess_mode="livesum",
         )
-        self.dlq_drop_risk = Gauge(
-            "rabbitq_dlq_drop_risk",
-            "Settings of the DLQ that make the broker drop dead letters (0: none; absent: "
-            "not checked, no management API).",
-            ["queue"],
-            registry=r,
-            multiprocess_mode="livemax",
-        )
-        self.held_by_broker_gauge = Gauge(
-            "rabbitq_dead_letters_held_by_broker",
-            "Dead letters a quorum queue holds because their target was missing (sent again "
-            "on the broker's timer); absent: not checked, no management API.",
-            ["queue"],
-            registry=r,
-            multiprocess_mode="livemax",
-        )
+        self._watch_series(r)
         self.info = Gauge(
             "rabbitq_info",
             "Always 1; the version label is rabbitq's version.",
@@ -240,7 +226,6 @@ class Metrics(Hooks):
         self.info.labels(_version()).set(1)
         self.connection_up.set(0)
         self.blocked_gauge.set(0)
-        self._drops: dict[str, str] = {}  # DLQ -> what drops its messages (rabbitq.amqp.droprisk)
         self._consuming_queues: dict[str, bool] = {}
         self._lost = False  # the connection went down while consuming
         self._types: set[str] = set()  # type labels the worker has vouched for
@@ -384,24 +369,6 @@ class Metrics(Hooks):
 
     def copies_held(self, queue: str, held: int, reason: str | None) -> None:
         self.held_gauge.labels(queue).set(held)
-
-    def dlq_checked(self, queue: str, risks: Sequence[object] | None) -> None:
-        """The DLQ ``queue`` was checked (``rabbitq.ops.queue_watch``): ``risks`` are the
-        settings that drop its messages (None: not known)."""
-        if risks is None:
-            return
-        rest = {q: why for q, why in self._drops.items() if q != queue}
-        line = f"{queue} drops messages: " + "; ".join(map(str, risks))
-        self._drops = {**rest, queue: line} if risks else rest
-        self.dlq_drop_risk.labels(queue).set(len(risks))
-
-    def held_by_broker(self, queue: str, held: int) -> None:
-        """``queue`` holds ``held`` dead letters it could not hand on (its target was missing)."""
-        self.held_by_broker_gauge.labels(queue).set(held)
-
-    def ready_detail(self) -> str | None:
-        """What a ready worker's ``/readyz`` adds after "ready" (a DLQ that drops)."""
-        return "; ".join(self._drops.values()) or None
 
     def topology_redeclared(self, queue: str, reason: str) -> None:
         self.redeclared_total.labels(queue, reason).inc()

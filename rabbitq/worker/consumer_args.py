@@ -27,7 +27,8 @@ from .consumer_timeout import DEFAULT_CONSUMER_TIMEOUT, MARGIN, check_timeouts
 
 if TYPE_CHECKING:
     from ..amqp.brokers import BrokerFacts
-    from ..app import App, Handler
+    from ..app import App
+    from ..handler import Handler
     from .admission import Admission
 
 log = logging.getLogger("rabbitq.worker")

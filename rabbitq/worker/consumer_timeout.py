@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ..app import Handler
+    from ..handler import Handler
 
 log = logging.getLogger("rabbitq.worker")
 

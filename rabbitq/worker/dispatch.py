@@ -23,7 +23,6 @@ from typing import Any, Protocol
 
 from ..amqp import headers as h
 from ..amqp.properties import message_id_of
-from ..app import Handler
 from ..context import Context
 from ..effects.guard import (
     BUSY_ELSEWHERE,
@@ -36,6 +35,7 @@ from ..effects.guard import (
 )
 from ..effects.store import lease_for
 from ..errors import ConfigurationError, DecodeError, HandlerNotStarted
+from ..handler import Handler
 from ..hooks import UNKNOWN
 from ..message import decode
 from ..retry import INVALID, UNKNOWN_TYPE, DeadLetter, not_started, parse_attempt

@@ -10,9 +10,9 @@ from collections.abc import Coroutine
 from concurrent.futures import Executor
 from typing import Any
 
-from ..app import Handler
 from ..context import Context
 from ..errors import HandlerNotStarted, HandlerTimeout
+from ..handler import Handler
 from .handler_pool import Expired, HandlerPool, NotStarted
 
 

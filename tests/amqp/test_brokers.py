@@ -162,7 +162,7 @@ def test_the_docs_table_of_broker_facts_is_generated_from_the_module():
     import importlib.util
     from pathlib import Path
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     spec = importlib.util.spec_from_file_location("reliability", root / "scripts/reliability.py")
     assert spec is not None and spec.loader is not None
     script = importlib.util.module_from_spec(spec)

@@ -64,8 +64,8 @@ def test_an_unknown_type_exits_2_as_a_failed_validation_does(service):
     assert "(this app handles: t.fh2.ping)" in unknown.stderr
 
 
-def test_a_delay_the_app_has_no_retry_queue_for_exits_2(service):
-    result = rabbitq("publish", "service:app", "t.fh2.ping", '{"n": 1}', "--delay", "7",
+def test_an_impossible_delay_exits_2(service):
+    result = rabbitq("publish", "service:app", "t.fh2.ping", '{"n": 1}', "--delay", "-1",
                      cwd=service)  # fmt: skip
     assert result.returncode == 2
     assert "--delay" in result.stderr and result.stderr.count("\n") == 1

@@ -54,7 +54,7 @@ class Channel:
         self.fail_consumes = fail_consumes
         self.tags = 0
 
-    async def basic_consume(self, queue, callback):
+    async def basic_consume(self, queue, callback, arguments=None):
         if self.fail_consumes:
             self.fail_consumes -= 1
             self.calls.append("consume failed")
