@@ -16,7 +16,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from ..test_readme_tutorial import files, section
+from ..project.test_readme_tutorial import files, section
 
 pytestmark = pytest.mark.broker
 
