@@ -83,7 +83,7 @@ async def test_3_10_accepts_x_consumer_timeout_and_ignores_it(node, caplog):
     rec = Recorder()
     worker = Worker(app, url=node.url, hooks=rec, grace_period=5, consumer_timeout=1)
     async with running(worker):
-        assert worker._consumer_args == {"x-consumer-timeout": 34_000}
+        assert worker.consumer.arguments == {"x-consumer-timeout": 34_000}
         async with app.publisher() as pub:
             await pub.publish(Report(n=1))
         await wait_for(lambda: rec.count("succeeded") >= 1, timeout=30)

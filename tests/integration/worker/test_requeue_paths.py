@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from rabbitq import Context, Message, Worker
 from rabbitq.worker.acks import Acker
-from rabbitq.worker.lifecycle import Worker as LifecycleWorker
+from rabbitq.worker.settle import Settler
 from tests.helpers import Recorder, running, wait_for
 
 
@@ -34,7 +34,7 @@ async def test_a_delivery_that_could_not_be_settled_is_rejected_so_its_count_ris
             return await _original(self, tag)
 
         monkeypatch.setattr(Acker, name, spy)
-    settle = LifecycleWorker._settle
+    settle = Settler._settle
     failures = [RuntimeError("a bug while settling")]
 
     async def failing_once(self, *args, **kwargs):
@@ -42,8 +42,8 @@ async def test_a_delivery_that_could_not_be_settled_is_rejected_so_its_count_ris
             raise failures.pop()
         return await settle(self, *args, **kwargs)
 
-    monkeypatch.setattr(LifecycleWorker, "_settle", failing_once)
-    monkeypatch.setattr("rabbitq.worker.lifecycle.REQUEUE_BACKOFF", 0.01)
+    monkeypatch.setattr(Settler, "_settle", failing_once)
+    monkeypatch.setattr("rabbitq.worker.settle.REQUEUE_BACKOFF", 0.01)
     rec = Recorder()
     async with running(Worker(app, hooks=rec)):
         async with app.publisher() as pub:
