@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, get_args
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from ..errors import ConfigurationError
+from ..handler import is_async_fn
 from . import cron as cronlib
 
 if TYPE_CHECKING:
@@ -115,10 +116,6 @@ def _zone(tz: str | ZoneInfo | None) -> ZoneInfo:
         ) from None
 
 
-def _is_async(fn: Callable[..., Any]) -> bool:
-    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(type(fn).__call__)
-
-
 def check(
     *,
     cron: str | None,
@@ -177,7 +174,7 @@ def make(
     return Schedule(
         name=label,
         fn=fn,
-        is_async=_is_async(fn),
+        is_async=is_async_fn(fn),
         catch_up=catch_up,  # type: ignore[arg-type]  # checked against CATCH_UPS above
         cron=None if cron is None else cronlib.parse(cron),
         every=every,
