@@ -7,8 +7,12 @@ so it can never load someone else's broker by accident.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
+import os
+import statistics
+import sys
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -231,3 +235,24 @@ class SettleClock(Hooks):
         if self.count == self.n:
             self.last, self.cpu[1] = clock(), time.process_time()
             self.done.set()
+
+
+def spread(values: list[float]) -> str:
+    """A figure's median and range as the tables print it: ``1,234 (1,000-1,400)``."""
+    return f"{statistics.median(values):,.0f} ({min(values):,.0f}-{max(values):,.0f})"
+
+
+def run_scenario(
+    doc: str | None, main_async: Callable[[str, int, int], Awaitable[Any]], *, n: int = 5000
+) -> None:
+    """The command line of a bench module that runs ``main_async(url, n, rounds)``:
+    ``--n``, ``--rounds`` and ``--url`` (default ``$RABBITQ_URL``, else the local broker;
+    loopback only), then the run's wall time on stderr."""
+    parser = argparse.ArgumentParser(description=(doc or "").splitlines()[0])
+    parser.add_argument("--n", type=int, default=n)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--url", default=os.environ.get("RABBITQ_URL", DEFAULT_URL))
+    args = parser.parse_args()
+    started = time.time()
+    asyncio.run(main_async(check_local(args.url), args.n, args.rounds))
+    print(f"\n({time.time() - started:.0f} s)", file=sys.stderr)

@@ -2,6 +2,8 @@
 prefetch 256; messages per second from the first delivery to the last ack.
 
 Baseline: the plainest correct aio-pika consumer: decode the JSON, ``ack()`` each one.
+The peer baseline (:func:`pika_baseline`): the same with pika's ``BlockingConnection``,
+the cheapest Python client per message (``pip install -e '.[bench]'``).
 """
 
 from __future__ import annotations
@@ -99,3 +101,41 @@ async def baseline(cfg: Config) -> dict[str, float]:
 
 async def candidate(cfg: Config) -> dict[str, float]:
     return await _measure(cfg, candidate_on)
+
+
+def _pika_consume(url: str, queue: str, n: int) -> dict[str, float]:
+    """Consume ``n`` messages from ``queue`` with pika's BlockingConnection (blocking: run
+    in a thread of its own while the event loop waits): decode the JSON, ack each."""
+    import pika  # the bench extra: the peer baseline, not a rabbitq dependency
+
+    conn = pika.BlockingConnection(pika.URLParameters(url))
+    channel = conn.channel()
+    channel.basic_qos(prefetch_count=PREFETCH)
+    state: dict[str, Any] = {"count": 0, "first": None, "last": None, "cpu": [0.0, 0.0]}
+
+    def on_message(ch: Any, method: Any, _props: Any, body: bytes) -> None:
+        if state["first"] is None:
+            state["first"], state["cpu"][0] = clock(), time.process_time()
+        loads(body)
+        ch.basic_ack(method.delivery_tag)
+        state["count"] += 1
+        if state["count"] == n:
+            state["last"], state["cpu"][1] = clock(), time.process_time()
+            ch.stop_consuming()
+
+    channel.basic_consume(queue, on_message)
+    try:
+        channel.start_consuming()
+    finally:
+        conn.close()
+    return figures(n, state["first"], state["last"], state["cpu"])
+
+
+async def pika_on(cfg: Config, app: App) -> dict[str, float]:
+    """Consume ``cfg.n`` messages already in ``app.queue`` with plain pika (the peer
+    baseline: the cheapest Python client per message)."""
+    return await asyncio.to_thread(_pika_consume, cfg.url, app.queue, cfg.n)
+
+
+async def pika_baseline(cfg: Config) -> dict[str, float]:
+    return await _measure(cfg, pika_on)

@@ -13,7 +13,6 @@ deleted, so none is left in the shared ladder.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import random
 import statistics
@@ -24,12 +23,12 @@ from typing import Any
 from rabbitq.amqp.publisher import DEFAULT_WINDOW, Publisher
 
 from .common import (
-    DEFAULT_URL,
     BenchJob,
     bench_app,
-    check_local,
     clock,
     job,
+    run_scenario,
+    spread,
     topology,
     unique,
 )
@@ -92,10 +91,6 @@ async def _arrived(conn: Any, queue: str, count: int, timeout: float) -> None:
         await channel.close()
 
 
-def _fmt(values: list[float]) -> str:
-    return f"{statistics.median(values):,.0f} ({min(values):,.0f}-{max(values):,.0f})"
-
-
 async def main_async(url: str, n: int, rounds: int) -> None:
     results: dict[str, list[float]] = {mode: [] for mode in MODES}
     cpus: dict[str, list[float]] = {mode: [] for mode in MODES}
@@ -115,20 +110,13 @@ async def main_async(url: str, n: int, rounds: int) -> None:
             ratio = statistics.median(results[mode]) / base
             cpu_ratio = statistics.median(cpus[mode]) / base_cpu
             print(
-                f"| {mode} | {_fmt(results[mode])} | {ratio:.2f}x | "
+                f"| {mode} | {spread(results[mode])} | {ratio:.2f}x | "
                 f"{statistics.median(cpus[mode]):.0f} | {cpu_ratio:.2f}x |"
             )
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--url", default=DEFAULT_URL)
-    parser.add_argument("--n", type=int, default=2000)
-    parser.add_argument("--rounds", type=int, default=3)
-    args = parser.parse_args()
-    started = time.time()
-    asyncio.run(main_async(check_local(args.url), args.n, args.rounds))
-    print(f"\n({time.time() - started:.0f} s)", file=sys.stderr)
+    run_scenario(__doc__, main_async, n=2000)
 
 
 if __name__ == "__main__":

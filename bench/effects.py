@@ -16,12 +16,10 @@ unique and dropped.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import os
 import statistics
 import sys
-import time
 import uuid
 from typing import Any
 
@@ -33,14 +31,14 @@ from rabbitq.effects import Outbox, PostgresStore, RedisStore
 from rabbitq.effects.relay import Relay
 
 from .common import (
-    DEFAULT_URL,
     BenchJob,
     SettleClock,
     bench_app,
-    check_local,
     clock,
     job,
     prefill,
+    run_scenario,
+    spread,
     topology,
 )
 from .common import unique as unique_queue
@@ -152,10 +150,6 @@ async def publish_many(url: str, n: int) -> float:
         return n / (clock() - started)
 
 
-def _fmt(values: list[float]) -> str:
-    return f"{statistics.median(values):,.0f} ({min(values):,.0f}-{max(values):,.0f})"
-
-
 async def main_async(url: str, n: int, rounds: int) -> None:
     results: dict[str, list[float]] = {m: [] for m in (*MODES, "publish_many", "outbox relay")}
     cpu: dict[str, list[float]] = {m: [] for m in MODES}
@@ -178,23 +172,16 @@ async def main_async(url: str, n: int, rounds: int) -> None:
     for mode in MODES:
         ratio = statistics.median(results[mode]) / base
         print(
-            f"| consume, {mode} | {_fmt(results[mode])} | {ratio:.2f}x no store"
+            f"| consume, {mode} | {spread(results[mode])} | {ratio:.2f}x no store"
             f" | {statistics.median(cpu[mode]):.0f} |"
         )
-    print(f"| publish_many | {_fmt(results['publish_many'])} | 1.00x | |")
+    print(f"| publish_many | {spread(results['publish_many'])} | 1.00x | |")
     ratio = statistics.median(results["outbox relay"]) / pm
-    print(f"| outbox relay | {_fmt(results['outbox relay'])} | {ratio:.2f}x publish_many | |")
+    print(f"| outbox relay | {spread(results['outbox relay'])} | {ratio:.2f}x publish_many | |")
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--n", type=int, default=5000)
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--url", default=os.environ.get("RABBITQ_URL", DEFAULT_URL))
-    args = parser.parse_args()
-    started = time.time()
-    asyncio.run(main_async(check_local(args.url), args.n, args.rounds))
-    print(f"\n({time.time() - started:.0f} s)", file=sys.stderr)
+    run_scenario(__doc__, main_async, n=5000)
 
 
 if __name__ == "__main__":

@@ -5,8 +5,10 @@
     python -m bench.profile top prof.txt            # where the time goes
     python -m bench.profile clean Q                 # delete Q and its exchange
 
-``consume`` takes ``baseline``, ``rabbitq``, ``rabbitq-ack-each`` (acks not coalesced) or
-``rabbitq-uvloop`` and prints the rate it reached and the client's CPU per message.
+``consume`` takes ``baseline`` (aio-pika), ``pika``, ``aiormq`` (the floor under rabbitq:
+aiormq's channel, a no-op callback, one multiple-ack per 64), ``rabbitq``,
+``rabbitq-ack-each`` (acks not coalesced) or ``rabbitq-uvloop`` and prints the rate it
+reached and the client's CPU per message.
 ``top`` reads py-spy's raw (collapsed) output and prints the functions with the most
 samples, by self time and by inclusive time, as percentages of all samples.
 """
@@ -15,12 +17,25 @@ from __future__ import annotations
 
 import asyncio
 import sys
+import time
 from collections import Counter
+from typing import Any
 
 import rabbitq.ops.loop
 
 from . import consume
-from .common import DEFAULT_URL, Config, bench_app, check_local, connection, delete, job, prefill
+from .common import (
+    DEFAULT_URL,
+    Config,
+    bench_app,
+    check_local,
+    clock,
+    connection,
+    delete,
+    job,
+    loads,
+    prefill,
+)
 
 # The rabbitq variants ``consume`` can run, by name: the Worker's options.
 SIDES: dict[str, dict[str, object]] = {
@@ -53,9 +68,44 @@ async def run(side: str, queue: str, n: int) -> None:
     app = bench_app(queue, prefetch=consume.PREFETCH)
     if side == "baseline":
         figures = await consume.baseline_on(_cfg(n), app)
+    elif side == "pika":
+        figures = await consume.pika_on(_cfg(n), app)
+    elif side == "aiormq":
+        figures = await aiormq_floor(queue, n)
     else:
         figures = await consume.candidate_on(_cfg(n), app, **SIDES[side])
     print(f"{side}: {figures['msg/s']:.0f} msg/s, {figures['cpu us/msg']:.0f} us CPU/msg")
+
+
+async def aiormq_floor(queue: str, n: int) -> dict[str, float]:
+    """Consume ``n`` messages on aiormq's channel as rabbitq does, doing nothing but
+    decode the JSON and ack every 64th delivery with ``multiple``: what rabbitq's
+    transport costs before any of its own work."""
+    done = asyncio.Event()
+    first: float | None = None
+    last: float | None = None
+    cpu = [0.0, 0.0]
+    count = 0
+    async with connection(DEFAULT_URL, "rabbitq bench profile") as conn:
+        robust = await conn.channel()
+        await robust.set_qos(prefetch_count=consume.PREFETCH)
+        channel = await robust.get_underlay_channel()
+
+        async def on_message(message: Any) -> None:
+            nonlocal first, last, count
+            if first is None:
+                first, cpu[0] = clock(), time.process_time()
+            loads(message.body)
+            count += 1
+            if count % 64 == 0 or count == n:
+                await channel.basic_ack(message.delivery.delivery_tag, multiple=True)
+            if count == n:
+                last, cpu[1] = clock(), time.process_time()
+                done.set()
+
+        await channel.basic_consume(queue, on_message)
+        await asyncio.wait_for(done.wait(), 300)
+    return consume.figures(n, first, last, cpu)
 
 
 def top(path: str, limit: int = 25) -> None:

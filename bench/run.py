@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 import rabbitq.ops.loop
 
-from . import consume, latency, memory, processes, publish, replay_scenario, retry
+from . import batches, consume, latency, memory, processes, publish, replay_scenario, retry
 from .common import DEFAULT_URL, Config, Runner, check_local
 
 
@@ -65,6 +65,15 @@ def comparisons() -> list[Comparison]:
             consume.baseline,
             consume.candidate,
             (Metric(msgs, must=1.0, aim=1.3), CPU),
+        ),
+        Comparison(
+            "consume",
+            "consume vs pika",
+            consume.pika_baseline,
+            consume.candidate,
+            (Metric(msgs), Metric("cpu us/msg", higher_is_better=False, must=1.2)),
+            unavailable=_no_pika,
+            baseline_label="pika",
         ),
         Comparison(
             "consume",
@@ -136,6 +145,14 @@ def comparisons() -> list[Comparison]:
             baseline_label="--processes 1",
         ),
         Comparison(
+            "batches",
+            "batch handler (100) vs single",
+            batches.single,
+            batches.batched,
+            (Metric(msgs), CPU),
+            baseline_label="single handler",
+        ),
+        Comparison(
             "replay",
             "DLQ replay",
             replay_scenario.baseline,
@@ -147,11 +164,19 @@ def comparisons() -> list[Comparison]:
     ]
 
 
+def _no_pika() -> str | None:
+    try:
+        import pika  # noqa: F401
+    except ImportError:
+        return "pika is not installed (pip install -e '.[bench]')"
+    return None
+
+
 def _no_uvloop() -> str | None:
     try:
         import uvloop  # noqa: F401
     except ImportError:
-        return "uvloop is not installed (pip install 'rabbitq[uvloop]')"
+        return "uvloop is not installed (it has no wheel for this platform)"
     return None
 
 

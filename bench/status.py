@@ -14,19 +14,25 @@ is unique and dropped.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import os
 import statistics
 import sys
-import time
 import uuid
 from typing import Any
 
 from rabbitq import App, RetryPolicy, Worker
 from rabbitq.status import PostgresStatus, RedisStatus
 
-from .common import DEFAULT_URL, BenchJob, SettleClock, check_local, job, prefill, topology
+from .common import (
+    BenchJob,
+    SettleClock,
+    job,
+    prefill,
+    run_scenario,
+    spread,
+    topology,
+)
 from .common import unique as unique_queue
 
 PG = os.environ.get("RABBITQ_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
@@ -79,10 +85,6 @@ async def consume(url: str, n: int, mode: str) -> tuple[float, float, dict[str, 
             await store.drop()
 
 
-def _fmt(values: list[float]) -> str:
-    return f"{statistics.median(values):,.0f} ({min(values):,.0f}-{max(values):,.0f})"
-
-
 async def main_async(url: str, n: int, rounds: int) -> None:
     results: dict[str, list[float]] = {m: [] for m in MODES}
     cpus: dict[str, list[float]] = {m: [] for m in MODES}
@@ -109,20 +111,13 @@ async def main_async(url: str, n: int, rounds: int) -> None:
         written = f"{c['written']:,} / {c['failed'] + c['dropped']:,}" if c else "-"
         cpu = statistics.median(cpus[mode])
         print(
-            f"| consume, status {mode} | {_fmt(results[mode])} | {ratio:.2f}x | {cpu:.0f} "
+            f"| consume, status {mode} | {spread(results[mode])} | {ratio:.2f}x | {cpu:.0f} "
             f"| {cpu / base_cpu:.2f}x | {written} |"
         )
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--n", type=int, default=5000)
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--url", default=os.environ.get("RABBITQ_URL", DEFAULT_URL))
-    args = parser.parse_args()
-    started = time.time()
-    asyncio.run(main_async(check_local(args.url), args.n, args.rounds))
-    print(f"\n({time.time() - started:.0f} s)", file=sys.stderr)
+    run_scenario(__doc__, main_async, n=5000)
 
 
 if __name__ == "__main__":

@@ -7,7 +7,8 @@ with the reason attached. See the README for the guarantees and a tutorial.
 from importlib.metadata import PackageNotFoundError, version
 
 from .amqp.publisher import Publisher
-from .app import App, load_app
+from .app import App
+from .batch import BatchContext, BatchResult
 from .breaker import Breaker
 from .context import Context
 from .errors import (
@@ -32,12 +33,14 @@ from .errors import (
 )
 from .handler import Handler
 from .hooks import Hooks
+from .loader import load_app
 from .message import Message
 from .ops.endpoints import serve_metrics
 from .ops.metrics import Metrics
 from .retry import RetryPolicy
 from .settings import TLS
 from .worker.lifecycle import Worker
+from .workflow import chain, chord, group
 
 try:
     __version__ = version("rabbitq")
@@ -47,6 +50,8 @@ except PackageNotFoundError:  # running from a source tree that is not installed
 __all__ = [
     "App",
     "AppLoadError",
+    "BatchContext",
+    "BatchResult",
     "Breaker",
     "BrokerUnavailable",
     "ConfigurationError",
@@ -75,6 +80,9 @@ __all__ = [
     "Unroutable",
     "Worker",
     "__version__",
+    "chain",
+    "chord",
+    "group",
     "load_app",
     "serve_metrics",
 ]

@@ -6,27 +6,32 @@ for a publisher or run a worker, so it is safe to build at import time.
 
 from __future__ import annotations
 
-import importlib
-import os
-import sys
+import copy
+import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
 from types import EllipsisType
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from .amqp.partition_plan import plan_partition
+from .amqp.partitions import check_partitions, partition_queue
 from .amqp.publisher import DEFAULT_TIMEOUT as DEFAULT_PUBLISH_TIMEOUT
 from .amqp.publisher import Publisher
 from .amqp.topology import DEFAULT_DELIVERY_LIMIT, DEFAULT_QUEUE_TYPE, QueueType, Topology, plan
+from .batch import DEFAULT_MAX_SIZE, DEFAULT_MAX_WAIT, BatchLimits
 from .breaker import Breaker
-from .errors import AppLoadError, ConfigurationError, install_hint
+from .errors import ConfigurationError
 from .handler import (
     DEFAULT_MAX_BODY_SIZE,
     Handler,
     HandlerFn,
     KeyFn,
+    OnDead,
     build_limit,
     check_breaker,
+    check_limit_waiting,
     check_max_body_size,
+    check_ordered,
     check_timeout,
     is_async_fn,
     wants_context,
@@ -37,10 +42,13 @@ from .retry import RetryPolicy
 from .schedule.spec import DEFAULT_CATCH_UP, CatchUp, Schedules
 from .settings import TLS, join_urls, resolve_url
 from .status.backend import StatusStore, status_store
-from .status.model import MessageStatus, fold
+from .status.group import GroupStatus
+from .status.lookup import lookup
+from .status.model import MessageStatus
 from .status.recorder import StatusTracing
 from .status.writer import StatusWriter
 from .tracing.base import NO_TRACING, Tracing
+from .workflow.chords import read_result
 
 if TYPE_CHECKING:
     from .effects.outbox import Outbox
@@ -51,9 +59,6 @@ M = TypeVar("M", bound=Message)
 F = TypeVar("F", bound=Callable[..., Any])
 
 DEFAULT_TIMEOUT = 300.0
-
-
-
 
 
 class App:
@@ -86,6 +91,8 @@ class App:
     ``PostgresStore`` or ``RedisStore``, the same object as ``idempotency`` if you like,
     or a :class:`~rabbitq.status.PostgresStatus` / ``RedisStatus``), best effort and off
     the path of the ack; :meth:`status` reads it back (see docs/status.md).
+    ``partitions=N`` spreads the messages over N single-active-consumer queues by their
+    ordering key, through the consistent-hash exchange (see docs/ordering.md).
     """
 
     def __init__(
@@ -106,6 +113,7 @@ class App:
         limit_waiting: int | None = None,
         idempotency: IdempotencyStore | None = None,
         status: StatusStore | IdempotencyStore | None = None,
+        partitions: int = 0,
     ) -> None:
         if prefetch < 1:
             raise ConfigurationError(f"prefetch must be at least 1, not {prefetch}")
@@ -124,13 +132,7 @@ class App:
         self.breaker = check_breaker(breaker)
         self.tls = tls
         self.tracing = tracing or NO_TRACING
-        if limit_waiting is not None and (
-            isinstance(limit_waiting, bool)
-            or not isinstance(limit_waiting, int)
-            or limit_waiting < 0
-        ):
-            raise ConfigurationError(f"limit_waiting must be 0 or more, not {limit_waiting!r}")
-        self.limit_waiting = limit_waiting
+        self.limit_waiting = check_limit_waiting(limit_waiting)
         self.idempotency = idempotency
         self.outbox: Outbox | None = None
         self.loaded_as: str | None = None  # "MODULE:APP", when load_app found it
@@ -138,6 +140,9 @@ class App:
         if status is not None:
             self.status_writer = StatusWriter(status_store(status))
             self.tracing = StatusTracing(self.status_writer, self.tracing)
+        self.partitions = check_partitions(partitions)  # docs/ordering.md
+        self.partition_index = 0  # of the view that partition()'s worker runs
+        self._base_queue = queue
         self._handlers: dict[str, Handler] = {}
         self.schedules = Schedules()  # @app.schedule(...) registers here (rabbitq.schedule)
         self.topology()  # validate names and arguments now, not at first connect
@@ -165,6 +170,8 @@ class App:
         limit_key: str | None = None,
         idempotency: IdempotencyStore | None | EllipsisType = ...,
         key: KeyFn | None = None,
+        ordered_by: KeyFn | None = None,
+        on_dead: OnDead = "skip",
     ) -> Callable[[HandlerFn], HandlerFn]:
         """Register the decorated function (async or sync) as the handler of ``model``.
 
@@ -184,12 +191,17 @@ class App:
         ``idempotency`` overrides the app's
         store (None: none); ``key`` maps the message to its idempotency key (default:
         ``ctx.message_id``), e.g. ``key=lambda m: m.payment_id``.
+
+        ``ordered_by=lambda m: m.account_id``: messages with the same key run one at a
+        time, in delivery order, a failed one retried in the worker before the next
+        (docs/ordering.md); ``on_dead="block"`` keeps a key blocked after its dead letter.
         """
         if not (isinstance(model, type) and issubclass(model, Message)):
             raise ConfigurationError(f"handler() takes a Message subclass, not {model!r}")
         name = model.type_name()
         if name in self._handlers:
             raise ConfigurationError(f"{self!r} already has a handler for {name!r}")
+        dead = check_ordered(ordered_by, on_dead)
 
         limit = self.timeout if isinstance(timeout, EllipsisType) else check_timeout(timeout)
         size = (
@@ -225,10 +237,57 @@ class App:
                 if isinstance(idempotency, EllipsisType)
                 else idempotency,
                 key=key,
+                ordered_by=ordered_by,
+                on_dead=dead,
             )
             return fn
 
         return register
+
+    def batch_handler(
+        self,
+        model: type[M],
+        *,
+        max_size: int = DEFAULT_MAX_SIZE,
+        max_wait: float = DEFAULT_MAX_WAIT,
+        retry: RetryPolicy | None = None,
+        timeout: float | None | EllipsisType = ...,
+        max_body_size: int | None | EllipsisType = ...,
+        breaker: Breaker | None | EllipsisType = ...,
+        idempotency: IdempotencyStore | None | EllipsisType = ...,
+        key: KeyFn | None = None,
+    ) -> Callable[[HandlerFn], HandlerFn]:
+        """Register the decorated ``async def fn(msgs: list[M], ctx: BatchContext)`` as the
+        batch handler of ``model``: called with up to ``max_size`` messages, at most
+        ``max_wait`` seconds after the first of them arrived (docs/batches.md).
+
+        It returns None (all succeeded), raises (all failed, each retried on its own
+        attempt count) or returns a :class:`~rabbitq.BatchResult` (those it names failed,
+        the rest succeeded). ``timeout`` is per batch; with an ``idempotency`` store,
+        messages whose ``key`` is done or repeated in the batch are acked as duplicates
+        before the call. ``max_size`` must fit in the app's prefetch.
+        """
+        register = self.handler(
+            model,
+            retry=retry,
+            timeout=timeout,
+            max_body_size=max_body_size,
+            breaker=breaker,
+            idempotency=idempotency,
+            key=key,
+        )
+        limits = BatchLimits(max_size, max_wait)
+        limits.check_prefetch(model.type_name(), self.prefetch)
+
+        def register_batch(fn: HandlerFn) -> HandlerFn:
+            if not is_async_fn(fn):
+                raise ConfigurationError(f"batch handler {fn.__qualname__} must be async def")
+            register(fn)
+            name = model.type_name()
+            self._handlers[name] = dataclasses.replace(self._handlers[name], batch=limits)
+            return fn
+
+        return register_batch
 
     def schedule(
         self,
@@ -258,24 +317,52 @@ class App:
         only through the handlers that do not override it.
         """
         delays = {ms for h in self._handlers.values() for ms in h.retry.delays_ms}
+        blocked = any(h.on_dead == "block" for h in self._handlers.values())  # registry
+        if self.partitions:  # partition 0's queues and all the rest (amqp.partition_plan)
+            return plan_partition(
+                queue=self._base_queue,
+                exchange=self.exchange,
+                delays_ms={ms for h in self._handlers.values() if not h.ordered_by
+                           for ms in h.retry.delays_ms},  # ordered: retried in the worker
+                routing_keys=self._handlers,
+                count=self.partitions,
+                index=self.partition_index,
+                queue_type=self.queue_type,
+                delivery_limit=self.delivery_limit, blocked=blocked,
+            )  # fmt: skip
         return plan(
-            queue=self.queue,
-            exchange=self.exchange,
-            delays_ms=delays,
+            queue=self.queue, exchange=self.exchange, delays_ms=delays, blocked=blocked,
             routing_keys=self._handlers,
             queue_type=self.queue_type,
             delivery_limit=self.delivery_limit,
-        )
+        )  # fmt: skip
 
-    async def status(self, message_id: str) -> MessageStatus | None:
+    def partition(self, index: int) -> App:
+        """This app as the worker of partition ``index`` sees it: the same handlers,
+        ``queue`` that partition's queue (``App(partitions=N)``, docs/ordering.md)."""
+        view = copy.copy(self)
+        view.partition_index, view.queue = index, partition_queue(self._base_queue, index)
+        view.topology()  # the index is checked
+        return view
+
+    async def status(self, message_id: str) -> MessageStatus | GroupStatus | None:
         """What happened to ``message_id`` (its current state, attempts and history), from
         the app's status store; None if it has no record (unknown, or past retention).
+        Given a workflow's group id, a :class:`~rabbitq.status.GroupStatus` instead: its
+        members by state and its callbacks (docs/status.md).
         Raises ConfigurationError without ``App(status=...)``, and
         :class:`~rabbitq.effects.StoreUnavailable` (or the driver's error) when the store
         cannot be read."""
         if self.status_writer is None:
             raise ConfigurationError(f"{self!r} has no status store: App(status=...)")
-        return fold(message_id, await self.status_writer.store.read(message_id))
+        return await lookup(self.status_writer.store, message_id)
+
+    async def result(self, message_id: str) -> Any:
+        """What ``message_id``'s handler returned, as JSON (a dict, list, str, number or
+        bool), kept by the worker in the app's status store; None if it returned nothing
+        or nothing is kept (see docs/workflows.md). Raises ConfigurationError without a
+        PostgreSQL or Redis status store."""
+        return await read_result(self, self.status_writer, message_id)
 
     def resolved_url(self, override: str | None = None) -> str:
         """The URL to connect to: ``override``, else the app's, else ``$RABBITQ_URL``."""
@@ -308,42 +395,3 @@ class App:
             retry_for=retry_for,
             timeout=timeout,
         )
-
-
-def load_app(spec: str) -> App:
-    """Import ``module.path:attribute`` and return the :class:`App` it names.
-
-    The current directory is importable, as with ``python -m``, so that
-    ``rabbitq worker myservice:app`` works from a project's root.
-    """
-    module_name, sep, attr = spec.partition(":")
-    if not sep or not module_name or not attr:
-        raise AppLoadError(f"expected MODULE:APP (for example 'myservice.tasks:app'), got {spec!r}")
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        # The module itself (or its package) is missing, not something it imports.
-        if exc.name and (module_name == exc.name or module_name.startswith(exc.name + ".")):
-            raise AppLoadError(
-                f"cannot import module {module_name!r}: no such module "
-                f"(run from the project's root or fix PYTHONPATH)"
-            ) from exc
-        raise AppLoadError(
-            f"importing {module_name!r} failed: {exc}{install_hint(exc.name)}"
-        ) from exc
-    except Exception as exc:
-        raise AppLoadError(
-            f"importing {module_name!r} failed: {type(exc).__name__}: {exc}"
-        ) from exc
-    obj: Any = module
-    for part in attr.split("."):
-        try:
-            obj = getattr(obj, part)
-        except AttributeError:
-            raise AppLoadError(f"module {module_name!r} has no attribute {attr!r}") from None
-    if not isinstance(obj, App):
-        raise AppLoadError(f"{spec!r} is a {type(obj).__name__}, not a rabbitq.App")
-    obj.loaded_as = spec  # so that messages can name the app as the user does
-    return obj

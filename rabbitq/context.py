@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from contextlib import AbstractAsyncContextManager
 
     from .effects.guard import Effects
+    from .workflow.steps import Flow
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -39,6 +40,7 @@ class Context:
     routing_key: str
     timestamp: datetime | None
     effects: Effects | None = None
+    flow: Flow | None = None
 
     @property
     def idempotency_key(self) -> str:
@@ -54,6 +56,14 @@ class Context:
         if self.effects is None:
             raise ConfigurationError("ctx.publish() works in a handler run by rabbitq")
         return await self.effects.publish(message, headers=headers)
+
+    async def chord_results(self) -> list[Any]:
+        """In a chord's callback: what each member's handler returned, in the order of
+        the chord's members (None for one that returned nothing); at most 1000 members of
+        16 KiB of JSON each (docs/workflows.md). Needs ``App(status=...)``."""
+        if self.flow is None:
+            raise ConfigurationError("ctx.chord_results() works in a chord's callback")
+        return await self.flow.results()
 
     def transaction(self) -> AbstractAsyncContextManager[Any]:
         """The idempotency store's connection in a transaction that also marks this

@@ -6,8 +6,9 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
+from .batch import BatchLimits
 from .breaker import Breaker
 from .errors import ConfigurationError
 from .message import Message
@@ -19,6 +20,7 @@ if TYPE_CHECKING:
 
 HandlerFn = Callable[..., Any]
 KeyFn = Callable[[Any], object]  # the message -> its idempotency key (str() is applied)
+OnDead = Literal["skip", "block"]  # an ordered key after a dead letter (docs/ordering.md)
 
 # Bodies above this are dead-lettered as ``invalid`` before any parsing (see docs/safety.md).
 DEFAULT_MAX_BODY_SIZE = 4 * 1024 * 1024
@@ -39,6 +41,9 @@ class Handler:
     limit: Limit | None = None  # rate and concurrency limits (rabbitq.ratelimit)
     idempotency: IdempotencyStore | None = None
     key: KeyFn | None = None  # None: ctx.message_id
+    batch: BatchLimits | None = None  # a batch handler (@app.batch_handler): fn takes a list
+    ordered_by: KeyFn | None = None  # same key: one at a time, in order (worker.ordering)
+    on_dead: OnDead = "skip"
 
     @property
     def type_name(self) -> str:
@@ -121,3 +126,22 @@ def build_limit(
         backend=limiter,
         key=limit_key or default_key,
     )
+
+
+def check_ordered(ordered_by: KeyFn | None, on_dead: str) -> OnDead:
+    if ordered_by is not None and not callable(ordered_by):
+        raise ConfigurationError(f"ordered_by must map a message to its key, not {ordered_by!r}")
+    if on_dead not in ("skip", "block"):
+        raise ConfigurationError(f"on_dead must be 'skip' or 'block', not {on_dead!r}")
+    if on_dead == "block" and ordered_by is None:
+        raise ConfigurationError("on_dead='block' needs ordered_by: it blocks a key")
+    return "block" if on_dead == "block" else "skip"
+
+
+def check_limit_waiting(limit_waiting: int | None) -> int | None:
+    """``App(limit_waiting=...)``: None (the prefetch) or a whole number, 0 or more."""
+    if limit_waiting is not None and (
+        isinstance(limit_waiting, bool) or not isinstance(limit_waiting, int) or limit_waiting < 0
+    ):
+        raise ConfigurationError(f"limit_waiting must be 0 or more, not {limit_waiting!r}")
+    return limit_waiting

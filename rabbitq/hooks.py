@@ -44,11 +44,18 @@ class Hooks:
     def requeued(self, queue: str, type_name: str) -> None:
         """The delivery went back to its queue (nack with requeue)."""
 
+    def keys_blocked(self, queue: str, keys: tuple[str, ...]) -> None:
+        """The ordered keys blocked in this worker now (``on_dead="block"``)."""
+
     def handler_started(self, queue: str) -> None:
         """A handler began (in-flight count up)."""
 
     def handler_finished(self, queue: str) -> None:
         """A handler ended, however it ended (in-flight count down)."""
+
+    def batch_flushed(self, queue: str, type_name: str, size: int, trigger: str) -> None:
+        """A batch of ``size`` deliveries was handed to its batch handler; ``trigger`` is
+        ``full`` (``max_size``), ``max_wait`` or ``stopping`` (the worker stops)."""
 
     def limit_waited(self, queue: str, type_name: str, seconds: float) -> None:
         """A delivery of a rate- or concurrency-limited handler waited ``seconds`` for

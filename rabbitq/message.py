@@ -20,7 +20,7 @@ reason: ``invalid`` for a body that is not a valid message of its type.
 from __future__ import annotations
 
 import re
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, Protocol, TypeVar
 
 import orjson
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -71,6 +71,14 @@ class Message(BaseModel):
                 f"{cls.__qualname__} has no message type: declare it as "
                 f"class {cls.__name__}(Message, type='...')"
             ) from None
+
+
+class Publishable(Protocol):
+    """What ``Publisher.publish`` takes besides a message: a workflow
+    (:func:`rabbitq.chain`, :func:`rabbitq.group`, :func:`rabbitq.chord`)."""
+
+    async def publish_on(self, pub: Any, app: Any = None) -> str:
+        """Publish through ``pub`` (the publisher of ``app``); return the workflow id."""
 
 
 def _origin(model: type[Message]) -> str:

@@ -36,10 +36,11 @@ from .effects.followups import FollowUp
 from .ladder import plan as ladder
 from .message import Message, encode
 from .retry import DeadLetter, Retry, delay_label
+from .worker.batching import Batcher
 from .worker.dispatch import process
-from .worker.outcome import Ack
+from .worker.outcome import Ack, Outcome
 
-__all__ = ["FakeDelivery", "Result", "deliver", "deliver_sync"]
+__all__ = ["FakeDelivery", "Result", "deliver", "deliver_batch", "deliver_sync"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -111,25 +112,8 @@ async def deliver(
     ``message`` is a typed message, or raw bytes (then give ``type``) to test poison input.
     ``message_id`` defaults to a new uuid4 hex; ``""`` delivers one without a message_id.
     """
-    if isinstance(message, Message):
-        body = encode(message)
-        type = type or message.type_name()
-    else:
-        body = message
-    all_headers = dict(headers or {})
-    if attempt != 1:
-        all_headers[h.ATTEMPT] = attempt
-    delivery = FakeDelivery(
-        body=body,
-        headers=all_headers,
-        type=type,
-        routing_key=type,
-        exchange=app.exchange,
-        # "" stands for a delivery without message_id (another producer's message).
-        message_id=uuid.uuid4().hex if message_id is None else message_id,
-        correlation_id=correlation_id,
-        redelivered=redelivered,
-        timestamp=timestamp or datetime.now(UTC),
+    delivery = _fake(
+        app, message, type, attempt, headers, message_id, correlation_id, redelivered, timestamp
     )
     sent: list[FollowUp] = []
 
@@ -137,6 +121,10 @@ async def deliver(
         sent.extend(follow_ups)
 
     outcome = await process(app.handlers, app.queue, delivery, send=send, outbox=app.outbox)
+    return _result(app, outcome, sent)
+
+
+def _result(app: App, outcome: Outcome, sent: Sequence[FollowUp] = ()) -> Result:
     decision = outcome.decision
     common: dict[str, Any] = {
         "type_name": outcome.type_name,
@@ -160,6 +148,73 @@ async def deliver(
         )
     assert isinstance(decision, DeadLetter)
     return Result(outcome="dead-letter", reason=decision.reason, **common)
+
+
+def _fake(
+    app: App,
+    message: Message | bytes,
+    type: str | None,
+    attempt: int,
+    headers: Mapping[str, Any] | None,
+    message_id: str | None,
+    correlation_id: str | None,
+    redelivered: bool,
+    timestamp: datetime | None,
+) -> FakeDelivery:
+    if isinstance(message, Message):
+        body = encode(message)
+        type = type or message.type_name()
+    else:
+        body = message
+    all_headers = dict(headers or {})
+    if attempt != 1:
+        all_headers[h.ATTEMPT] = attempt
+    return FakeDelivery(
+        body=body,
+        headers=all_headers,
+        type=type,
+        routing_key=type,
+        exchange=app.exchange,
+        # "" stands for a delivery without message_id (another producer's message).
+        message_id=uuid.uuid4().hex if message_id is None else message_id,
+        correlation_id=correlation_id,
+        redelivered=redelivered,
+        timestamp=timestamp or datetime.now(UTC),
+    )
+
+
+async def deliver_batch(
+    app: App,
+    messages: Sequence[Message | bytes],
+    *,
+    type: str | None = None,
+    attempts: Sequence[int] | None = None,
+    message_ids: Sequence[str | None] | None = None,
+    prefetch: int | None = None,
+) -> list[Result]:
+    """Deliver ``messages`` to ``app``'s batch handler as the worker would, all at once:
+    batches of up to its ``max_size``, duplicates (with an idempotency store) acked before
+    the call, the handler's answer split per message; one :class:`Result` per message,
+    in order. ``attempts`` and ``message_ids`` (default: 1, a new uuid4 hex) are per
+    message; ``prefetch`` (default: the app's) is checked against ``max_size``.
+    """
+    n = len(messages)
+    attempts = list(attempts or [1] * n)
+    ids = list(message_ids or [None] * n)
+    if len(attempts) != n or len(ids) != n:
+        raise ValueError("attempts and message_ids need one item per message")
+    batcher = Batcher(app.handlers, app.queue, prefetch=prefetch or app.prefetch)
+    deliveries = [
+        _fake(app, m, type, a, None, i, None, False, None)
+        for m, a, i in zip(messages, attempts, ids, strict=True)
+    ]
+    tasks = [
+        asyncio.create_task(process(app.handlers, app.queue, d, batches=batcher))
+        for d in deliveries
+    ]
+    await asyncio.sleep(0)  # every task is in its batch (or has its outcome) now
+    batcher.flush_all()
+    return [_result(app, o) for o in await asyncio.gather(*tasks)]
 
 
 def deliver_sync(app: App, message: Message | bytes, **kwargs: Any) -> Result:

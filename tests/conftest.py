@@ -30,6 +30,45 @@ from .helpers import delete_app_objects, redis_key_prefix
 LOCAL_URL = "amqp://guest:guest@127.0.0.1:5672/"
 
 
+ONE_WORKER = frozenset(
+    {
+        "tests/chaos/test_cluster.py",  # forms a 3-node cluster (module fixture)
+        "tests/integration/amqp/test_tls.py",  # a private TLS node (module fixture)
+        "tests/integration/ops/test_doctor.py",  # a private node with management
+        "tests/integration/worker/test_consumer_timeout.py",  # a node with consumer_timeout
+        "tests/project/test_docs_site.py",  # builds the site once for two tests
+    }
+)
+"""Modules whose tests all run on one xdist worker, so that their module-scoped fixture
+(something expensive: a private node, a cluster, a site build) starts once, not once per
+worker. Any other test goes to whichever worker is free."""
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under pytest-xdist (``-n 4`` in pyproject's addopts) the tests marked ``slow`` go
+    first, so that no worker starts a minute-long test while the others run out of work.
+    The order is the same in every worker (xdist requires it); in one process it is left
+    as collected."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """xdist's ``load`` scheduling, except that each module of :data:`ONE_WORKER` is one
+    unit of work (handed out first, being bigger). Not ``--dist loadgroup``: pytest-xdist
+    3.8 marks a group by renaming ``item._nodeid``, which pytest 9 no longer reads, so its
+    groups are silently split."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ModulesOnOneWorker(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return module if module in ONE_WORKER else nodeid
+
+    return ModulesOnOneWorker(config, log)
+
+
 def _port_open(host: str, port: int) -> bool:
     with contextlib.suppress(OSError), socket.create_connection((host, port), timeout=1):
         return True

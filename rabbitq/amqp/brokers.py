@@ -20,6 +20,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from .fact_rows import PARTITION_ROWS, FactRow
+
 log = logging.getLogger("rabbitq.worker")
 
 Series = Literal["3.x", "4.0-4.2", "4.3+"]
@@ -210,19 +212,6 @@ def facts_for(version: BrokerVersion | None) -> BrokerFacts:
     )
 
 
-@dataclass(frozen=True, kw_only=True)
-class FactRow:
-    """One row of the broker facts table: what each series does, and on what it rests."""
-
-    fact: str
-    values: tuple[str, str, str]
-    """3.10-3.13, 4.0-4.2, 4.3."""
-    verified: str
-    """What was verified on this project's RabbitMQ 3.10.8, and how ("no": nothing)."""
-    docs: str
-    """The RabbitMQ documentation or release notes the rest rests on."""
-
-
 FACT_ROWS: tuple[FactRow, ...] = (
     FactRow(
         fact="what counts toward a quorum queue's `x-delivery-limit`",
@@ -325,6 +314,7 @@ FACT_ROWS: tuple[FactRow, ...] = (
         verified="yes (none on 3.10)",
         docs='RabbitMQ 4.3.0 release notes ("Quorum queue delayed retry")',
     ),
+    *PARTITION_ROWS,  # routing by key and single active consumers (amqp.fact_rows)
 )
 """The table in docs/reliability.md ("Broker versions"): the human statement of the facts
 :func:`facts_for` encodes, with what each rests on."""

@@ -31,9 +31,13 @@ QUEUE = "rabbitq-queue"
 ORIGINAL_EXCHANGE = "rabbitq-original-exchange"
 ORIGINAL_ROUTING_KEY = "rabbitq-original-routing-key"
 REPLAYED = "rabbitq-replayed"
+GROUP = "rabbitq-group"
+CALLBACK_OF = "rabbitq-callback-of"
 DEATHS = "rabbitq-deaths"
 """Where the message was dead-lettered by the broker, most recent first: a list of
 ``{queue, reason, count, time?}`` tables (at most :data:`MAX_DEATHS`)."""
+GROUP = "rabbitq-group"
+CALLBACK_OF = "rabbitq-callback-of"
 
 MAX_ERROR_BYTES = 1024
 MAX_TRACEBACK_BYTES = 8192

@@ -50,11 +50,11 @@ from ..errors import (
 from ..hooks import Hooks, combine
 from ..ladder import declare as ladder_declare
 from ..ladder import plan as ladder
-from ..message import Message, encode
+from ..message import Message, Publishable, encode
 from ..settings import TLS
 from ..tracing.base import NO_SEND, Tracing
 from . import headers as h
-from . import properties
+from . import partitions, properties
 from .confirm import FAILURES, error_kind, retry_waits, send_confirmed
 from .connection import connect
 from .topology import Topology, mismatch_from_error
@@ -246,7 +246,7 @@ class Publisher:
 
     async def publish(
         self,
-        message: Message,
+        message: Message | Publishable,
         *,
         message_id: str | None = None,
         correlation_id: str | None = None,
@@ -262,8 +262,13 @@ class Publisher:
         is then delivered to this app's queue only, never earlier, at most about 125 ms
         (its rounding up) plus the broker's hops later (docs/delays.md). A naive
         datetime, a negative delay, both, or a delay beyond the ladder raise
-        :class:`~rabbitq.DelayError` before anything is sent.
+        :class:`~rabbitq.DelayError` before anything is sent. A chain, group or chord
+        returns its id (docs/workflows.md).
         """
+        if not isinstance(message, Message):  # a workflow: only its own id= applies
+            if message_id or correlation_id or headers or reply_to or delay is not None or at:
+                raise ConfigurationError("publish(workflow) takes no other argument")
+            return await message.publish_on(self, self._app)
         type_name = message.type_name()
         delayed = delay is not None or at is not None
         if delayed:
@@ -286,6 +291,7 @@ class Publisher:
             headers=headers,
             reply_to=reply_to,
         )
+        partitions.stamp(self._app, message, props.headers, props.message_id, delayed)
         body = encode(message)
         span = NO_SEND
         if self._app.tracing.enabled:  # writes traceparent into the headers

@@ -1,6 +1,7 @@
 """Deleting an app's queues: ``rabbitq topology MODULE:APP --delete``.
 
-The queues are the app's main queue, its retry queues, its DLQ, and the retry queues of
+The queues are the app's main queue, its retry queues, its DLQ, its registry of blocked
+keys (``on_dead="block"``), and the retry queues of
 delays it no longer uses (found as :mod:`rabbitq.amqp.orphans` finds them). A queue that
 holds messages or has consumers (a worker running) is a refusal, and nothing is deleted,
 unless the caller forces it. The exchange is deleted only if nothing is bound to it any
@@ -74,8 +75,9 @@ async def delete(
     force: bool = False,
     dry_run: bool = False,
 ) -> Teardown:
-    """Delete the app's queues (main, retry, DLQ, orphaned retry queues) unless one holds
-    messages or has consumers (``force`` deletes them all the same), then its exchange
+    """Delete the app's queues (main, retry, DLQ, orphaned retry queues; with partitions,
+    every partition's) unless one holds messages or has consumers (``force`` deletes them
+    all the same), then a partitioned app's consistent-hash exchange, then its exchange
     if nothing else is bound to it. ``dry_run`` only looks."""
     declared = await queue_depths(connection, topology.depth_specs())
     found = await orphans.find(connection, topology, extra_ms)
@@ -92,6 +94,8 @@ async def delete(
         for depth in existing:  # the main queue first: nothing new is routed after it
             await channel.queue_delete(depth.name)
         exchange_deleted = False
+        if topology.partitioning is not None:  # its own; unbinds the app's exchange too
+            await channel.exchange_delete(topology.partitioning.exchange)
         if topology.exchange and not topology.exchange.startswith("amq."):
             try:
                 await channel.exchange_delete(topology.exchange, if_unused=True)

@@ -7,6 +7,7 @@ For ``App(queue="emails", exchange="rabbitq")`` with delays of 1 s and 10 s::
     queue     emails.retry.1s    TTL 1000 ms, DLX "" -> emails
     queue     emails.retry.10s   TTL 10000 ms, DLX "" -> emails
     queue     emails.dlq         overflow reject-publish (quorum: delivery limit 10^9)
+    queue     emails.blocked     only with on_dead="block": the blocked keys (as the DLQ)
     binding   rabbitq.delay.deliver -> emails   headers rabbitq-delay-to = emails
     ladder    rabbitq.delay.<type>.00 .. 24      shared by every app (rabbitq.ladder)
 
@@ -30,6 +31,7 @@ from ..ladder import declare as ladder_declare
 from ..ladder.plan import DELIVER_EXCHANGE, Ladder, destination_arguments, is_ladder_queue, ladder
 from ..retry import delay_label as delay_label  # re-exported: names use it
 from ..retry import delay_ms as delay_ms
+from . import partitions
 
 QueueType = Literal["classic", "quorum"]
 QUEUE_TYPES: tuple[QueueType, ...] = ("classic", "quorum")
@@ -51,12 +53,21 @@ def dlq_name(queue: str) -> str:
     return f"{queue}{DLQ_SUFFIX}"
 
 
+BLOCKED_SUFFIX = ".blocked"
+
+
+def blocked_queue_name(queue: str) -> str:
+    """``<queue>.blocked``: the keys of ``queue`` blocked by ``on_dead="block"``, one
+    message each (:mod:`rabbitq.worker.blocked_keys`, docs/ordering.md)."""
+    return f"{queue}{BLOCKED_SUFFIX}"
+
+
 @dataclass(frozen=True, kw_only=True)
 class QueueSpec:
     """A queue to declare: its name and exact arguments (all queues are durable)."""
 
     name: str
-    kind: Literal["main", "retry", "dlq"]
+    kind: Literal["main", "retry", "dlq", "blocked"]
     arguments: Mapping[str, Any] = field(default_factory=dict)
     ttl_ms: int | None = None
 
@@ -73,15 +84,22 @@ class Topology:
     ladder: Ladder
     """The delay ladder of the app's queue type, shared by every app on the vhost; the
     main queue is bound to its delivering exchange on its own name."""
+    partitioning: partitions.Partitioning | None = None
+    """``App(partitions=N)``: the hash exchange and every partition (amqp.partitions)."""
+    blocked: QueueSpec | None = None
+    """The blocked keys' registry, when a handler has ``on_dead="block"``."""
 
     @property
     def queues(self) -> tuple[QueueSpec, ...]:
-        """Main queue, retry queues (shortest delay first), DLQ."""
-        return (self.main, *self.retries, self.dlq)
+        """Main queue, retry queues (shortest delay first), DLQ, blocked keys' registry."""
+        return (self.main, *self.retries, self.dlq, *([self.blocked] if self.blocked else []))
 
     def depth_specs(self) -> list[tuple[str, str]]:
-        """``(name, kind)`` of every queue, as :func:`queue_depths` takes them."""
-        return [(q.name, q.kind) for q in self.queues]
+        """``(name, kind)`` of every queue, as :func:`queue_depths` takes them (with
+        partitions: every partition's queues too)."""
+        specs = [(q.name, q.kind) for q in self.queues]
+        others = self.partitioning.queues if self.partitioning is not None else ()
+        return specs + [(q.name, q.kind) for q in others if (q.name, q.kind) not in specs]
 
     def retry_queue(self, ms: int) -> QueueSpec:
         """The retry queue for a delay of ``ms`` milliseconds."""
@@ -139,8 +157,11 @@ def plan(
     routing_keys: Iterable[str],
     queue_type: QueueType = "classic",
     delivery_limit: int = DEFAULT_DELIVERY_LIMIT,
+    blocked: bool = False,
 ) -> Topology:
-    """The names and arguments of every object an app declares. No I/O."""
+    """The names and arguments of every object an app declares. No I/O. ``blocked``:
+    some handler has ``on_dead="block"``, and the registry of blocked keys is declared
+    (with the DLQ's arguments: nothing drops its messages, re-reads use up no limit)."""
     if queue_type not in QUEUE_TYPES:
         raise ConfigurationError(f"queue_type must be 'classic' or 'quorum', not {queue_type!r}")
     if not queue or queue.startswith("amq."):
@@ -172,7 +193,11 @@ def plan(
         for ms in sorted(set(delays_ms))
     )
     dlq = QueueSpec(name=dlq_name(queue), kind="dlq", arguments=dlq_arguments(queue_type))
+    registry = QueueSpec(
+        name=blocked_queue_name(queue), kind="blocked", arguments=dlq_arguments(queue_type)
+    )
     return Topology(
+        blocked=registry if blocked else None,
         exchange=exchange,
         main=main,
         retries=retries,
@@ -291,6 +316,8 @@ async def declare(channel: AbstractChannel, topology: Topology) -> AbstractQueue
             await main.bind(exchange, routing_key=key)
         await ladder_declare.declare(channel, topology.ladder)
         await main.bind(DELIVER_EXCHANGE, arguments=destination_arguments(main.name))
+        if topology.partitioning is not None:
+            await partitions.declare(channel, topology.partitioning)
     except aiormq.exceptions.ChannelPreconditionFailed as exc:
         mismatch = mismatch_from_error(exc, topology)
         if mismatch is None:

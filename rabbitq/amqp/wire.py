@@ -41,7 +41,6 @@ MAX_DEPTH = 32
 TOO_DEEP = "<nested too deeply>"
 
 _UINT32 = struct.Struct(">I")
-_UINT8 = struct.Struct(">B")
 _UINT64 = struct.Struct(">Q")
 _FLOAT32_MAX = 3.4028234663852886e38
 _LATEST = datetime.datetime.max.replace(microsecond=0, tzinfo=datetime.UTC)
@@ -52,8 +51,8 @@ _installed = False
 def short_str(value: bytes) -> tuple[int, str]:
     """A ``shortstr``; bytes that are not UTF-8 become U+FFFD instead of an error."""
     try:
-        length = _UINT8.unpack(value[0:1])[0]
-    except struct.error as err:
+        length = value[0]  # (one byte: what struct's ">B" read, without its call)
+    except IndexError as err:
         raise ValueError("Could not unpack short string value") from err
     return length + 1, value[1 : length + 1].decode("utf-8", "replace")
 

@@ -13,8 +13,8 @@ from typing import Any
 import click
 
 from .. import dlq as ops
-from ..app import load_app
 from ..errors import DlqError
+from ..loader import load_app
 from ..settings import TLS
 from . import dlq_view as view
 from .common import friendly_errors, tls_options, url_option

@@ -16,7 +16,7 @@ from rich.console import Console
 from .. import dlq as ops
 from ..amqp.connection import connect_once
 from ..errors import DlqInterrupted
-from ..retry import REASONS
+from ..retry import DLQ_REASONS as REASONS
 from ..settings import TLS, resolve_url
 from . import dlq_view as view
 from .common import F

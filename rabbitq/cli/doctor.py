@@ -10,7 +10,7 @@ import sys
 
 import click
 
-from ..app import load_app
+from ..loader import load_app
 from ..ops.doctor import diagnose, worst
 from ..ops.doctor_facts import Finding
 from ..ops.doctor_probe import gather

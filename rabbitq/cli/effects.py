@@ -12,8 +12,9 @@ from typing import Any
 import click
 
 from ..amqp.connection import connect_once
-from ..app import App, load_app
+from ..app import App
 from ..errors import ConfigurationError, missing
+from ..loader import load_app
 from ..ops import logs, loop
 from ..ops.endpoints import DEFAULT_BIND
 from ..settings import TLS, redact_url, url_password

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 import orjson
 
-from ..app import load_app
 from ..errors import ConfigurationError
+from ..loader import load_app
 from .common import F, friendly_errors
 
 if TYPE_CHECKING:

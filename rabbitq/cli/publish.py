@@ -11,8 +11,9 @@ import click
 import orjson
 from pydantic import AliasChoices, BaseModel, ValidationError
 
-from ..app import App, load_app
+from ..app import App
 from ..ladder.plan import due_in
+from ..loader import load_app
 from ..message import describe, lookup
 from ..settings import TLS
 from .common import friendly_errors, tls_options, url_option

@@ -20,8 +20,8 @@ from ..amqp.topology import (
     queue_depths,
     retry_queue_name,
 )
-from ..app import load_app
 from ..ladder.plan import destination_arguments
+from ..loader import load_app
 from ..retry import RetryPolicy, delay_ms
 from ..settings import TLS, redact_url, resolve_url
 from .common import friendly_errors, json_option, tls_options, url_option
@@ -42,6 +42,22 @@ def _topology_rows(topology: Topology) -> list[dict[str, Any]]:
         }
         for k in topology.routing_keys
     ]
+    if (p := topology.partitioning) is not None:  # App(partitions=N): docs/ordering.md
+        rows.append({"kind": "exchange", "name": p.exchange, "arguments": p.hash_arguments})
+        rows += [
+            {"kind": "binding", "name": f"{p.source} -> {p.exchange}", "arguments": {"key": k}}
+            for k in p.routing_keys
+        ]
+        shown = {q.name for q in topology.queues}
+        rows += [
+            {"kind": q.kind, "name": q.name, "arguments": dict(q.arguments)}
+            for q in p.queues
+            if q.name not in shown
+        ]
+        rows += [
+            {"kind": "binding", "name": f"{p.exchange} -> {m}", "arguments": {"weight": "1"}}
+            for m in p.mains
+        ]
     ladder = topology.ladder
     levels = ladder.levels
     rows += [

@@ -12,7 +12,7 @@ import orjson
 from rich.console import Console
 from rich.table import Table
 
-from ..app import load_app
+from ..loader import load_app
 from ..ops import logs
 from ..ops.endpoints import DEFAULT_BIND
 from ..schedule import listing

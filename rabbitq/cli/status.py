@@ -1,4 +1,5 @@
-"""``rabbitq status MODULE:APP MESSAGE_ID``: what happened to one message (docs/status.md)."""
+"""``rabbitq status MODULE:APP ID``: what happened to one message, or a workflow group's
+progress (docs/status.md)."""
 
 from __future__ import annotations
 
@@ -7,13 +8,16 @@ import asyncio
 import click
 import orjson
 
-from ..app import App, load_app
+from ..app import App
+from ..dlq.text import escape
 from ..errors import ConfigurationError, RabbitqError
+from ..loader import load_app
+from ..status.group import GroupStatus, group_lines
 from ..status.model import MessageStatus, history_lines
 from .common import friendly_errors, json_option
 
 
-async def _read(app: App, message_id: str) -> MessageStatus | None:
+async def _read(app: App, message_id: str) -> MessageStatus | GroupStatus | None:
     assert app.status_writer is not None
     try:
         return await app.status(message_id)
@@ -23,12 +27,13 @@ async def _read(app: App, message_id: str) -> MessageStatus | None:
 
 @click.command("status")
 @click.argument("app_spec", metavar="MODULE:APP")
-@click.argument("message_id")
+@click.argument("message_id", metavar="MESSAGE_ID|GROUP_ID")
 @json_option
 @friendly_errors
 def status(app_spec: str, message_id: str, as_json: bool) -> None:
     """Show what happened to a message: its state, attempts and history, from the
-    app's status store (App(status=...)).
+    app's status store (App(status=...)). Given a workflow's group id: its members
+    by state, its callback's state, and the members that have not succeeded first.
 
     Example: rabbitq status myservice:app 6f1c0e2a9b3d4c5e8f7a6b5c4d3e2f1a --json
     """
@@ -45,10 +50,12 @@ def status(app_spec: str, message_id: str, as_json: bool) -> None:
         ) from exc
     if found is None:
         raise click.ClickException(
-            f"no status for message {message_id!r} in {app.status_writer.store!r} "
+            f"no status for message or group {message_id!r} in {app.status_writer.store!r} "
             "(unknown, or older than the store's retention)"
         )
     if as_json:
         click.echo(orjson.dumps(found.to_json()).decode())
-    else:
-        click.echo("\n".join(history_lines(found)))
+        return
+    lines = group_lines(found) if isinstance(found, GroupStatus) else history_lines(found)
+    # ids and errors come from producers: their control characters written as escapes
+    click.echo("\n".join(escape(line) for line in lines))

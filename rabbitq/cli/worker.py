@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from ..app import load_app
+from ..loader import load_app
 from ..ops import logs
 from ..ops.endpoints import DEFAULT_BIND
 from ..ops.run import WorkerSpec, run

@@ -1,5 +1,6 @@
 """The console's message search (``/status?id=MESSAGE_ID``): what happened to a message,
-from the status store of each app that has one (``App(status=...)``), read-only."""
+or a workflow group's progress (``?id=GROUP_ID``), from the status store of each app
+that has one (``App(status=...)``), read-only."""
 
 from __future__ import annotations
 
@@ -10,14 +11,16 @@ from ..dlq.text import escape
 from .pages import templates
 from .security import COOKIE, CSRF_FIELD
 from .state import State
-from .status_view import MAX_ID, histories
+from .status_view import MAX_ID, search
 
 
 async def status_page(request: Request) -> Response:
-    """``/status``: the search form, and the histories of the id searched for."""
+    """``/status``: the search form, and the groups or histories of the id searched for."""
     state: State = request.app.state.console
     message_id = request.query_params.get("id", "").strip()[:MAX_ID]
-    found = await histories(state.config.statuses, message_id) if message_id else []
+    groups, found = await search(state.config.statuses, message_id) if message_id else ([], [])
+    if groups:  # the apps that found no message beside a group say nothing
+        found = [h for h in found if h.found or h.error]
     session = request.cookies.get(COOKIE)
     who = state.config.guard.who(session)
     context = {
@@ -28,5 +31,6 @@ async def status_page(request: Request) -> Response:
         "csrf_field": CSRF_FIELD,
         "message_id": escape(message_id),
         "histories": found,
+        "groups": groups,
     }
     return templates.TemplateResponse(request, "status.html", context)

@@ -1,5 +1,6 @@
 """The status histories the console shows (``App(status=...)``): read from each app's
-status store while a page is served, then closed (the console holds no connection).
+status store while a page is served, then closed (the console holds no connection). A
+search may find a workflow group instead (:mod:`.workflow_view`).
 
 A store that cannot be read is one line on the page, never an error page: the status
 is best effort, the DLQ message beside it is what the operator acts on.
@@ -12,8 +13,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..dlq.text import escape
-from ..status.model import detail_text
+from ..status.group import GroupStatus
+from ..status.lookup import lookup, message_status
+from ..status.model import MessageStatus, detail_text
 from ..tracing.base import Tracing
+from .workflow_view import GroupView, group_view
 
 MAX_ID = 200  # characters of a searched message id
 
@@ -41,30 +45,50 @@ class HistoryView:
 
 
 async def histories(statuses: Sequence[tuple[str, Any]], message_id: str) -> list[HistoryView]:
-    """The history of ``message_id`` in each ``(MODULE:APP, app)``'s status store."""
+    """The history of the message ``message_id`` in each ``(MODULE:APP, app)``'s status
+    store."""
+    _, found = await search(statuses, message_id, groups=False)
+    return found
+
+
+async def search(
+    statuses: Sequence[tuple[str, Any]], key: str, *, groups: bool = True
+) -> tuple[list[GroupView], list[HistoryView]]:
+    """The workflow group ``key`` in each app's status store that has one (with
+    ``groups``), and the history of the message ``key`` in each of the others."""
+    found_groups: list[GroupView] = []
     found: list[HistoryView] = []
     for label, app in statuses:
+        store = app.status_writer.store
+        status: MessageStatus | GroupStatus | None
         try:
-            status = await app.status(message_id)
+            status = await (lookup(store, key) if groups else message_status(store, key))
         except Exception as exc:  # the store is down, or refuses: one line, not a 500
             found.append(HistoryView(label, False, error=escape(f"{type(exc).__name__}: {exc}")))
             continue
         finally:
-            await app.status_writer.store.close()
-        if status is None:
+            await store.close()
+        if isinstance(status, GroupStatus):
+            found_groups.append(group_view(label, status))
+        elif status is None:
             found.append(HistoryView(label, False))
-            continue
-        entries = tuple(
-            EntryView(
-                at=e.at.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + " UTC",
-                state=e.state,
-                attempt="" if e.attempt is None else str(e.attempt),
-                detail=escape(detail_text(e.detail)),
-            )
-            for e in status.history
+        else:
+            found.append(history_view(label, status))
+    return found_groups, found
+
+
+def history_view(label: str, status: MessageStatus) -> HistoryView:
+    """One app's history of a message, as shown (pure)."""
+    entries = tuple(
+        EntryView(
+            at=e.at.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + " UTC",
+            state=e.state,
+            attempt="" if e.attempt is None else str(e.attempt),
+            detail=escape(detail_text(e.detail)),
         )
-        found.append(HistoryView(label, True, status.state, status.attempts, entries))
-    return found
+        for e in status.history
+    )
+    return HistoryView(label, True, status.state, status.attempts, entries)
 
 
 def tracing_for(statuses: Sequence[tuple[str, Any]], dlq: str) -> Tracing | None:

@@ -164,7 +164,7 @@ class Effects:
             )
 
 
-async def _claim(store: IdempotencyStore, key: str, lease: float) -> Claim:
+async def claim_waiting(store: IdempotencyStore, key: str, lease: float) -> Claim:
     """Claim, waiting up to BUSY_WAIT for a key that another worker is handling."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + BUSY_WAIT
@@ -187,9 +187,10 @@ async def run_once(
     store = effects.store
     if store is None:
         await call()
-        await effects.finish(send)
+        if effects.follow_ups or effects.outbox is not None:  # else finish has nothing to do
+            await effects.finish(send)
         return RAN
-    claim = effects.claim = await _claim(store, effects.key, lease)
+    claim = effects.claim = await claim_waiting(store, effects.key, lease)
     if claim.status is DONE:
         return DUPLICATE
     if claim.status is BUSY:

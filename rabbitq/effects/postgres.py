@@ -22,6 +22,7 @@ import logging
 from collections.abc import AsyncIterator, Sequence
 
 import orjson
+import psycopg
 
 from ..settings import redact_url
 from .batcher import Batcher, FlushCancelled
@@ -185,12 +186,6 @@ class PostgresStore:
             await conn.execute(self.sql.release_many(), params)
         return [None] * len(batch)
 
-    async def _mark_done(self, conn: Conn, claim: Claim) -> bool:
-        cur = await conn.execute(
-            self.sql.done(), {"key": claim.key, "token": claim.token, "keep": self.retention}
-        )
-        return cur.rowcount == 1
-
     @contextlib.asynccontextmanager
     async def transaction(self, claim: Claim) -> AsyncIterator[Conn]:
         """A connection in a transaction that also marks ``claim`` done at commit.
@@ -198,15 +193,38 @@ class PostgresStore:
         If the block raises, everything rolls back and the key stays claimed (the worker
         then releases it). If the lease was lost to another worker, :class:`LeaseLost`
         rolls the block's writes back: only one worker's writes ever commit.
+
+        Three round trips besides the block's own: ``BEGIN`` (which is also the pooled
+        connection's check), and the done mark and ``COMMIT`` sent together
+        (:meth:`~rabbitq.effects.schema.KeysSql.commit_done`: a lost lease fails the
+        mark, so the ``COMMIT`` after it is never run). The block must not commit or
+        roll back the transaction itself (a ``conn.transaction()`` inside it is a
+        savepoint, as in any transaction).
         """
         if claim.settled:
             raise LeaseLost(f"key {claim.key!r} is already settled: one transaction per claim")
-        async with self.db.connection() as conn, conn.transaction():
-            yield conn
-            if not await self._mark_done(conn, claim):
+        async with self.db.connection(begin=True) as conn:
+            try:
+                yield conn
+            except BaseException:
+                await _rollback(conn)
+                raise
+            if conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
+                log.error(  # its writes committed before the done mark: not once-only
+                    "the transaction of key %r was ended inside ctx.transaction(); leave "
+                    "the COMMIT to rabbitq (docs/effects.md)",
+                    claim.key,
+                )
+            try:
+                await conn.execute(self.sql.commit_done(claim.key, claim.token, self.retention))
+            except psycopg.errors.DivisionByZero:  # the mark found no lease of this token
+                await _rollback(conn)
                 raise LeaseLost(
                     f"the lease on key {claim.key!r} expired and another worker took it"
-                )
+                ) from None
+            except BaseException:
+                await _rollback(conn)  # unless the COMMIT itself failed: then a no-op
+                raise
         claim.settled = True
 
     async def cleanup(self, *, limit: int = CLEANUP_BATCH) -> int:
@@ -228,6 +246,12 @@ class PostgresStore:
         """Drop the table (for tests and uninstalling)."""
         async with self.db.connection() as conn:
             await conn.execute(self.sql.drop())
+
+
+async def _rollback(conn: Conn) -> None:
+    """End the connection's transaction; a connection that cannot is dropped by the pool."""
+    with contextlib.suppress(*LINK_ERRORS):
+        await conn.execute("ROLLBACK")
 
 
 def _pairs(batch: Sequence[Claim]) -> str:

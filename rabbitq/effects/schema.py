@@ -129,6 +129,24 @@ class KeysSql:
             " WHERE key = %(key)s AND token = %(token)s AND state = 'busy'"
         ).format(sql.Identifier(self.table))
 
+    def commit_done(self, key: str, token: str, keep: float) -> sql.Composed:
+        # A transactional handler's done mark and its COMMIT, in one round trip: without
+        # parameters (the values are sql.Literal, quoted by psycopg) psycopg sends it by
+        # the simple query protocol, which runs both. A mark that finds no lease of this
+        # token divides by zero: the error aborts the transaction before its COMMIT runs,
+        # and the store reads it as the lease lost (LeaseLost).
+        return sql.SQL(
+            "WITH marked AS (UPDATE {t} SET state = 'done',"
+            " expires_at = now() + make_interval(secs => {keep})"
+            " WHERE key = {key} AND token = {token} AND state = 'busy' RETURNING 1)"
+            " SELECT 1 / count(*) FROM marked; COMMIT"
+        ).format(
+            t=sql.Identifier(self.table),
+            key=sql.Literal(key),
+            token=sql.Literal(token),
+            keep=sql.Literal(keep),
+        )
+
     def release(self) -> sql.Composed:
         return sql.SQL(
             "DELETE FROM {} WHERE key = %(key)s AND token = %(token)s AND state = 'busy'"

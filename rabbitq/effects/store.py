@@ -114,7 +114,11 @@ def check_positive(name: str, value: float) -> float:
     return float(value)
 
 
-async def close_stores(stores: Iterable[IdempotencyStore | None]) -> None:
+class Closable(Protocol):
+    async def close(self) -> None: ...
+
+
+async def close_stores(stores: Iterable[Closable | None]) -> None:
     """Close each of ``stores`` once (when the worker stops); None is skipped.
 
     A store opens its connections on first use and keeps them until closed: left open,

@@ -17,6 +17,7 @@ from ..amqp.brokers import BrokerFacts, describe
 from ..amqp.topology import DLQ_DELIVERY_LIMIT, QueueSpec, Topology, delay_label
 from ..worker.consumer_args import consumer_arguments, enforced_timeout
 from ..worker.consumer_timeout import DEFAULT_CONSUMER_TIMEOUT, timeout_problems
+from . import doctor_partitions
 from .doctor_drops import dlq_drops
 from .doctor_facts import LEVELS, Facts, Finding, Level, QueueState
 
@@ -30,6 +31,7 @@ def diagnose(facts: Facts) -> list[Finding]:
     findings += _orphans(facts)
     findings += _timeouts(facts)
     findings += _alarms(facts)
+    findings += doctor_partitions.findings(facts)
     for spec in facts.topology.queues:
         state = facts.queues.get(spec.name)
         if state is not None and state.exists:

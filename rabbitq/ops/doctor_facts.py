@@ -65,4 +65,6 @@ class Facts:
     other_arguments: Mapping[str, Mapping[str, Any]] | None = None
     """The arguments of each queue in ``other_queues`` (management API); None: not known."""
     alarms: Sequence[str] | None = None
+    partitions_problem: str | None = None
+    """``App(partitions=N)`` on a broker without the consistent-hash exchange: why."""
     """Active resource alarms, e.g. ``"memory alarm on rabbit@a"``; None: not known."""

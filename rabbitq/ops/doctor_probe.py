@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 import urllib.error
 import urllib.request
@@ -25,6 +26,7 @@ from aio_pika.abc import AbstractConnection
 from ..amqp import orphans
 from ..amqp.brokers import facts_for, server_properties, version_from_server_properties
 from ..amqp.connection import connect_once
+from ..amqp.partitions import probe as probe_partitions
 from ..amqp.topology import mismatch_from_error
 from ..app import App
 from ..settings import TLS, broker_urls, redact_url, scrub
@@ -101,6 +103,14 @@ async def gather(
         found = await orphans.find(connection, topology)
     finally:
         await connection.close()
+    partitions = None
+    if topology.partitioning is not None:  # its own connection: a missing type closes it
+        probing = await connect_once(url, name="rabbitq doctor", tls=tls)
+        try:
+            partitions = await probe_partitions(probing)
+        finally:
+            with contextlib.suppress(Exception):
+                await probing.close()
     management = Management.for_broker(url, management_url)
     queues: dict[str, QueueState] = {}
     other: dict[str, int] | None = None
@@ -134,6 +144,7 @@ async def gather(
         other_queues=other,
         other_arguments=other_arguments,
         alarms=alarms,
+        partitions_problem=partitions,
     )
 
 

@@ -1,5 +1,5 @@
-"""The event loop ``rabbitq worker`` runs on: uvloop when it is installed
-(``pip install 'rabbitq[uvloop]'``), else asyncio's own. See docs/benchmarks.md for
+"""The event loop ``rabbitq worker`` runs on: uvloop when it is installed (a dependency
+of rabbitq on Linux and macOS CPython), else asyncio's own. See docs/benchmarks.md for
 what it changes."""
 
 from __future__ import annotations

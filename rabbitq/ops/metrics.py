@@ -25,7 +25,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from ..amqp.topology import QueueDepth, delay_label
 from ..hooks import REDECLARE_REASONS, UNKNOWN, Hooks
 from ..retry import EXHAUSTED, INVALID, PERMANENT, UNKNOWN_TYPE
-from .watch_series import WatchSeries
+from .batch_series import BatchSeries
+from .ordering_series import OrderingSeries
 
 if TYPE_CHECKING:
     from ..app import App
@@ -55,7 +56,7 @@ def _version() -> str:
         return "0+unknown"
 
 
-class Metrics(WatchSeries, Hooks):
+class Metrics(BatchSeries, OrderingSeries, Hooks):
     """Worker and publisher hooks that record Prometheus metrics.
 
     ``registry`` defaults to a new :class:`~prometheus_client.CollectorRegistry`
@@ -152,7 +153,7 @@ class Metrics(WatchSeries, Hooks):
         )
         self.queue_messages = Gauge(
             "rabbitq_queue_messages",
-            "Messages ready in a queue (kind main, retry or dlq), sampled by passive declares.",
+            "Messages ready in a queue (kind: main, retry, dlq, blocked), by passive declares.",
             ["queue", "kind"],
             registry=r,
             multiprocess_mode="livemostrecent",
@@ -216,6 +217,8 @@ class Metrics(WatchSeries, Hooks):
             multiprocess_mode="livesum",
         )
         self._watch_series(r)
+        self._batch_series(r)
+        self._ordering_series(r)
         self.info = Gauge(
             "rabbitq_info",
             "Always 1; the version label is rabbitq's version.",
@@ -273,6 +276,7 @@ class Metrics(WatchSeries, Hooks):
         self.abandoned_gauge.labels(queue)
         for reason in REDECLARE_REASONS:
             self.redeclared_total.labels(queue, reason)
+        self.expect_batches(app)
 
     # -- hooks ----------------------------------------------------------------------
 

@@ -21,14 +21,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..app import App, load_app
+from ..app import App
 from ..hooks import Hooks
+from ..loader import load_app
 from ..schedule.metrics import ScheduleMetrics
 from ..schedule.runner import Scheduler, beside
 from ..settings import TLS, url_password
 from ..status.metrics import StatusMetrics
 from ..worker.handler_pool import THREAD_PREFIX as HANDLER_THREAD_PREFIX
 from ..worker.lifecycle import DEFAULT_GRACE_PERIOD, Worker
+from ..worker.partitioned import PartitionedWorker, homes
 from . import logs, loop, queue_watch
 from .endpoints import DEFAULT_BIND, serve_metrics
 from .metrics import Metrics
@@ -79,16 +81,33 @@ class Child:
         self.status[2 * self.index + 1] = float(code)
 
 
-def build(spec: WorkerSpec, *, metrics: Metrics | None) -> Worker:
+def build(spec: WorkerSpec, *, metrics: Metrics | None, child: Child | None = None) -> Worker:
     """The worker ``spec`` describes, reporting to ``metrics`` (if any)."""
     app = load_app(spec.app_spec)
     if metrics is not None and app.status_writer is not None:  # App(status=...)
         app.status_writer.observers.append(StatusMetrics(metrics.registry))
-    return worker_for(app, spec, hooks=metrics)
+    home = None
+    if child is not None and app.partitions:  # process i of K: its share of partitions
+        home = homes(app.partitions, child.index, len(child.status) // 2)
+    return worker_for(app, spec, hooks=metrics, home=home)
 
 
-def worker_for(app: App, spec: WorkerSpec, *, hooks: Hooks | None) -> Worker:
-    """A worker for ``app`` (already loaded: the demo builds its own) as ``spec`` says."""
+def worker_for(
+    app: App, spec: WorkerSpec, *, hooks: Hooks | None, home: list[int] | None = None
+) -> Worker:
+    """A worker for ``app`` (already loaded: the demo builds its own) as ``spec`` says;
+    a partitioned app's runs every partition, ``home`` first (worker.partitioned)."""
+    if app.partitions:
+        return PartitionedWorker(
+            app,
+            home=home,
+            url=spec.url,
+            prefetch=spec.prefetch,
+            grace_period=spec.grace_period,
+            hooks=hooks,
+            tls=spec.tls,
+            consumer_timeout=spec.consumer_timeout,
+        )
     return Worker(
         app,
         url=spec.url,
@@ -104,7 +123,7 @@ def run(spec: WorkerSpec, *, child: Child | None = None) -> None:
     """Build the worker, run it until SIGTERM/SIGINT (drained), then apply the exit
     policy. Raises what the worker raises (a bad URL, a changed queue argument)."""
     metrics = Metrics() if spec.metrics_port is not None or child is not None else None
-    worker = build(spec, metrics=metrics)
+    worker = build(spec, metrics=metrics, child=child)
     logs.configure(
         level=spec.log_level, json=spec.log_json, secrets=[url_password(worker.url) or ""]
     )

@@ -42,7 +42,7 @@ from prometheus_client.multiprocess import MultiProcessCollector, mark_process_d
 
 from ..amqp.connection import connect
 from ..amqp.topology import Topology, declare
-from ..app import load_app
+from ..loader import load_app
 from ..settings import TLS
 from .endpoints import DEFAULT_STALL_AFTER, EndpointServer
 from .run import Child, WorkerSpec, run_child

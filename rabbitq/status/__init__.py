@@ -1,8 +1,11 @@
 """The status of every message (docs/status.md): ``App(status=store)`` records each
 message's life (published, received, started, retrying, succeeded, duplicate,
-dead-lettered, replayed, purged) and ``await app.status(message_id)`` reads it back.
+dead-lettered, replayed, purged) and ``await app.status(message_id)`` reads it back;
+``await app.status(group_id)`` a workflow group's progress.
 
 - :mod:`.model`: the states, a record, and the pure fold into a :class:`MessageStatus`;
+- :mod:`.group`: a workflow group's progress, the pure fold into a :class:`GroupStatus`;
+- :mod:`.lookup`: reading a message's or a group's status back;
 - :mod:`.writer`: the bounded queue and the one task that writes it, best effort;
 - :mod:`.recorder`: the tracing observer that makes the records;
 - :mod:`.backend`, :mod:`.postgres`, :mod:`.redisstatus`: the stores;
@@ -16,7 +19,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .backend import StatusStore, status_store
+from .backend import GroupReader, StatusStore, status_store
+from .group import MAX_MEMBERS, GroupRecords, GroupStatus, fold_group
 from .model import FINAL, STATES, Entry, MessageStatus, Record, fold
 from .writer import StatusWriter
 
@@ -28,6 +32,10 @@ __all__ = [
     "FINAL",
     "STATES",
     "Entry",
+    "GroupReader",
+    "GroupRecords",
+    "GroupStatus",
+    "MAX_MEMBERS",
     "MessageStatus",
     "PostgresStatus",
     "Record",
@@ -35,6 +43,7 @@ __all__ = [
     "StatusStore",
     "StatusWriter",
     "fold",
+    "fold_group",
     "status_store",
 ]
 

@@ -2,9 +2,10 @@
 
 A status store appends records and reads a message's records back; it keeps them for
 ``retention`` seconds (as long as the idempotency keys of the same store: 7 days by
-default). ``App(status=...)`` takes a :class:`StatusStore` (:class:`PostgresStatus`,
-:class:`RedisStatus`) or an idempotency store (``PostgresStore``, ``RedisStore``), whose
-connection settings and retention then make the status store: one object for both.
+default); a :class:`GroupReader` also reads a workflow group's. ``App(status=...)``
+takes a :class:`StatusStore` (:class:`PostgresStatus`, :class:`RedisStatus`) or an
+idempotency store (``PostgresStore``, ``RedisStore``), whose connection settings and
+retention then make the status store: one object for both.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from ..errors import ConfigurationError
+from .group import GroupRecords
 from .model import Record
 
 
@@ -28,6 +30,17 @@ class StatusStore(Protocol):
 
     async def close(self) -> None:
         """Close the connections (opened again on next use)."""
+
+
+@runtime_checkable
+class GroupReader(Protocol):
+    """A status store that can also read a workflow group (both of rabbitq's can); a
+    store without ``read_group`` still records, and ``App.status`` then reads messages
+    only."""
+
+    async def read_group(self, group_id: str, limit: int) -> GroupRecords:
+        """The records of at most ``limit`` members of ``group_id`` (each with all its
+        records) and of its callbacks, and the number of members the store holds."""
 
 
 def status_store(store: Any) -> StatusStore:

@@ -45,8 +45,9 @@ class Record:
     """One event of one message, as written to a status store (never changed once made).
 
     ``at`` is seconds since the epoch (the writer's clock); ``attempt`` the delivery's
-    attempt (1-based) where one applies; ``group_id`` is reserved for the workflows that
-    group messages (None today).
+    attempt (1-based) where one applies; ``group_id`` the workflow group the message is
+    a member of (its ``rabbitq-group`` header), ``callback_of`` the group whose callback
+    (or ``on_failure`` message) it is (its ``rabbitq-callback-of`` header).
     """
 
     message_id: str
@@ -55,6 +56,7 @@ class Record:
     attempt: int | None = None
     detail: Mapping[str, Any] = field(default_factory=dict)
     group_id: str | None = None
+    callback_of: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,18 +81,25 @@ class Entry:
 @dataclass(frozen=True, slots=True)
 class MessageStatus:
     """What :meth:`rabbitq.App.status` answers: the current ``state`` (the latest record's),
-    the number of ``attempts`` started, and the ``history``, oldest first."""
+    the number of ``attempts`` started, and the ``history``, oldest first; the workflow
+    group it is a member of (``group_id``) or whose callback it is (``callback_of``)."""
 
     message_id: str
     state: str
     attempts: int
     history: tuple[Entry, ...]
     group_id: str | None = None
+    callback_of: str | None = None
 
     @property
     def final(self) -> bool:
         """Whether the message is settled: succeeded, duplicate, dead-lettered or purged."""
         return self.state in FINAL
+
+    @property
+    def type_name(self) -> str | None:
+        """The message's type, as its first record that names one says; else None."""
+        return next((str(e.detail["type"]) for e in self.history if "type" in e.detail), None)
 
     def to_json(self) -> dict[str, Any]:
         """As a JSON object (what ``rabbitq status --json`` prints)."""
@@ -99,6 +108,7 @@ class MessageStatus:
             "state": self.state,
             "attempts": self.attempts,
             "group_id": self.group_id,
+            "callback_of": self.callback_of,
             "history": [e.to_json() for e in self.history],
         }
 
@@ -111,6 +121,7 @@ def fold(message_id: str, records: Iterable[Record]) -> MessageStatus | None:
         return None
     attempts = max((r.attempt or 0 for r in ordered if r.state == STARTED), default=0)
     group = next((r.group_id for r in ordered if r.group_id), None)
+    callback_of = next((r.callback_of for r in ordered if r.callback_of), None)
     history = tuple(
         Entry(
             state=r.state,
@@ -126,6 +137,7 @@ def fold(message_id: str, records: Iterable[Record]) -> MessageStatus | None:
         attempts=attempts,
         history=history,
         group_id=group,
+        callback_of=callback_of,
     )
 
 

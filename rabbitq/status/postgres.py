@@ -5,7 +5,9 @@ sent as one JSON document (one round trip, one statement text whatever the batch
 size, and one ``orjson.dumps`` on the worker's event loop). Rows expire ``retention`` seconds
 after they are written; expired rows are deleted in batches through the ``expires_at``
 index, by the writer's task after a write at most every ``cleanup_interval`` seconds,
-never on a message's path. Reads go through the ``message_id`` index.
+never on a message's path. Reads go through the ``message_id`` index; a workflow
+group's through two partial indexes, ``(group_id, message_id)`` and ``(callback_of)``,
+which hold only the rows of workflow messages (added in place to a table made before).
 """
 
 from __future__ import annotations
@@ -21,8 +23,10 @@ from ..effects.database import LINK_ERRORS, Database
 from ..effects.schema import DEFAULT_PREFIX, check_prefix
 from ..effects.store import DEFAULT_RETENTION, StoreUnavailable, check_positive
 from ..settings import redact_url
+from .group import GroupRecords
 from .model import Record
 
+MAX_CALLBACKS = 100  # messages read as one group's callbacks, at most
 DEFAULT_POOL_SIZE = 2  # the writer's task, and a reader (rabbitq status, the console)
 DEFAULT_CLEANUP_INTERVAL = 60.0
 CLEANUP_BATCH = 5000
@@ -46,31 +50,60 @@ class StatusSql:
                 " attempt integer,"
                 " detail jsonb,"
                 " group_id text,"
-                " expires_at timestamptz NOT NULL)"
+                " expires_at timestamptz NOT NULL,"
+                " callback_of text)"
             ).format(t),
+            sql.SQL("ALTER TABLE {} ADD COLUMN IF NOT EXISTS callback_of text").format(t),
             sql.SQL("CREATE INDEX IF NOT EXISTS {} ON {} (message_id)").format(
                 sql.Identifier(self.table + "_message"), t
             ),
             sql.SQL("CREATE INDEX IF NOT EXISTS {} ON {} (expires_at)").format(
                 sql.Identifier(self.table + "_expires"), t
             ),
+            sql.SQL(
+                "CREATE INDEX IF NOT EXISTS {} ON {} (group_id, message_id)"
+                " WHERE group_id IS NOT NULL"
+            ).format(sql.Identifier(self.table + "_group"), t),
+            sql.SQL(
+                "CREATE INDEX IF NOT EXISTS {} ON {} (callback_of) WHERE callback_of IS NOT NULL"
+            ).format(sql.Identifier(self.table + "_callback"), t),
         ]
 
     def insert(self) -> sql.Composed:
         # The batch is one JSON array of records (orjson writes it in one call): the
         # cheapest form for the worker's event loop; PostgreSQL unpacks it.
         return sql.SQL(
-            "INSERT INTO {} (message_id, state, at, attempt, detail, group_id, expires_at)"
+            "INSERT INTO {} (message_id, state, at, attempt, detail, group_id, callback_of,"
+            "  expires_at)"
             " SELECT message_id, state, to_timestamp(at), attempt, nullif(detail, '{{}}'),"
-            "  group_id, now() + make_interval(secs => %(keep)s)"
+            "  group_id, callback_of, now() + make_interval(secs => %(keep)s)"
             " FROM jsonb_to_recordset(%(records)s::jsonb) AS r(message_id text, state text,"
-            "  at float8, attempt int, detail jsonb, group_id text)"
+            "  at float8, attempt int, detail jsonb, group_id text, callback_of text)"
         ).format(sql.Identifier(self.table))
 
     def select(self) -> sql.Composed:
         return sql.SQL(
-            "SELECT state, extract(epoch FROM at)::float8, attempt, detail, group_id"
-            " FROM {} WHERE message_id = %(m)s ORDER BY at, id"
+            "SELECT state, extract(epoch FROM at)::float8, attempt, detail, group_id,"
+            "  callback_of FROM {} WHERE message_id = %(m)s ORDER BY at, id"
+        ).format(sql.Identifier(self.table))
+
+    def select_group(self) -> sql.Composed:
+        """Every record of the first ``limit`` members (by id) of group ``g`` and of its
+        callbacks, in any order (the fold orders them): the members and callbacks through
+        the partial indexes, then all their records (a ``purged`` record has no group)."""
+        return sql.SQL(
+            "WITH m AS ("
+            " (SELECT DISTINCT message_id FROM {t} WHERE group_id = %(g)s"
+            "  ORDER BY message_id LIMIT %(limit)s)"
+            " UNION (SELECT DISTINCT message_id FROM {t} WHERE callback_of = %(g)s"
+            "  LIMIT %(callbacks)s))"
+            " SELECT message_id, state, extract(epoch FROM at)::float8, attempt, detail,"
+            "  group_id, callback_of FROM {t} WHERE message_id IN (SELECT message_id FROM m)"
+        ).format(t=sql.Identifier(self.table))
+
+    def count_group(self) -> sql.Composed:
+        return sql.SQL(
+            "SELECT count(DISTINCT message_id) FROM {} WHERE group_id = %(g)s"
         ).format(sql.Identifier(self.table))
 
     def cleanup(self) -> sql.Composed:
@@ -136,9 +169,25 @@ class PostgresStatus:
             cur = await conn.execute(self.sql.select(), {"m": message_id})
             rows = await cur.fetchall()
         return [
-            Record(message_id, state, at, attempt, detail or {}, group_id)
-            for state, at, attempt, detail, group_id in rows
+            Record(message_id, state, at, attempt, detail or {}, group_id, callback_of)
+            for state, at, attempt, detail, group_id, callback_of in rows
         ]
+
+    async def read_group(self, group_id: str, limit: int) -> GroupRecords:
+        """The records of the first ``limit`` members of ``group_id`` (by message id) and
+        of its callbacks; the members are counted only when there may be more."""
+        params = {"g": group_id, "limit": limit, "callbacks": MAX_CALLBACKS}
+        async with self.db.connection() as conn:
+            cur = await conn.execute(self.sql.select_group(), params)
+            records = [Record(*row) for row in await cur.fetchall()]
+            members = len({r.message_id for r in records if r.group_id == group_id})
+            if members >= limit:
+                cur = await conn.execute(self.sql.count_group(), {"g": group_id})
+                row = await cur.fetchone()
+                members = int(row[0]) if row else members
+        for r in records:
+            r.detail = r.detail or {}
+        return GroupRecords(records, members)
 
     async def cleanup(self, *, limit: int = CLEANUP_BATCH) -> int:
         """Delete up to ``limit`` expired rows (through the index); return how many."""

@@ -20,6 +20,13 @@ record             from
 ``replayed``       ``rabbitq dlq replay`` sent a confirmed copy (``queue``)
 ``purged``         ``rabbitq dlq purge`` deleted it (``queue``)
 =================  =====================================================================
+
+Every record of a workflow's member carries its group id (``group_id``, from the
+message's ``rabbitq-group`` header), and every record of a chord's callback or
+``on_failure`` message the group it belongs to (``callback_of``, from
+``rabbitq-callback-of``): the headers travel on the message and its retry, DLQ and
+replay copies. A purge is told only the message id, so a ``purged`` record has neither;
+a group's view finds the member through its other records.
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ from contextlib import AbstractContextManager
 from types import TracebackType
 from typing import Any
 
+from ..amqp.headers import CALLBACK_OF, GROUP
 from ..tracing.base import NO_DELIVERY, NO_SEND, DeliverySpan, SendSpan, Tracing
 from .model import (
     DEAD_LETTERED,
@@ -48,12 +56,30 @@ from .model import (
 )
 from .writer import StatusWriter
 
+MAX_GROUP_ID = 255  # characters; a longer header is not a group id rabbitq wrote
+
+
+def workflow_of(headers: Mapping[str, Any]) -> tuple[str | None, str | None]:
+    """The group a message is a member of and the group whose callback it is, from its
+    headers (pure); None for either that is absent, empty or not a short string."""
+    if not headers:
+        return None, None
+    return _group_id(headers.get(GROUP)), _group_id(headers.get(CALLBACK_OF))
+
+
+def _group_id(value: object) -> str | None:
+    if isinstance(value, bytes):
+        value = value.decode("utf-8", "replace")
+    if isinstance(value, str) and 0 < len(value) <= MAX_GROUP_ID:
+        return value
+    return None
+
 
 class _Sent(SendSpan):
     """A publish or a replay: recorded when the broker confirmed it, at the time it was
     sent (its delivery may come before the confirm)."""
 
-    __slots__ = ("at", "detail", "inner", "message_id", "state", "writer")
+    __slots__ = ("at", "callback_of", "detail", "group", "inner", "message_id", "state", "writer")
 
     def __init__(
         self,
@@ -62,15 +88,18 @@ class _Sent(SendSpan):
         state: str,
         detail: dict[str, Any],
         inner: SendSpan,
+        headers: Mapping[str, Any],
     ) -> None:
         self.writer, self.message_id, self.state = writer, message_id, state
         self.detail, self.inner = detail, inner
+        self.group, self.callback_of = workflow_of(headers)
         self.at = time.time()
 
     def end(self, error: BaseException | None = None) -> None:
         self.inner.end(error)
         if error is None and self.message_id:
-            self.writer.add(Record(self.message_id, self.state, self.at, None, self.detail))
+            mid, group, callback_of = self.message_id, self.group, self.callback_of
+            self.writer.add(Record(mid, self.state, self.at, None, self.detail, group, callback_of))
 
 
 class _Delivery(DeliverySpan):
@@ -78,14 +107,20 @@ class _Delivery(DeliverySpan):
     at settlement."""
 
     __slots__ = (
-        "active", "attempt", "decision", "duration", "inner", "is_duplicate", "message_id",
-        "started", "writer",
+        "active", "attempt", "callback_of", "decision", "duration", "group", "inner",
+        "is_duplicate", "message_id", "started", "writer",
     )  # fmt: skip
 
     def __init__(
-        self, writer: StatusWriter, message_id: str, attempt: int, inner: DeliverySpan
+        self,
+        writer: StatusWriter,
+        message_id: str,
+        attempt: int,
+        inner: DeliverySpan,
+        workflow: tuple[str | None, str | None] = (None, None),
     ) -> None:
         self.writer, self.message_id, self.attempt, self.inner = writer, message_id, attempt, inner
+        self.group, self.callback_of = workflow
         self.decision: dict[str, Any] = {}
         self.duration: float | None = None
         self.is_duplicate = False
@@ -98,7 +133,7 @@ class _Delivery(DeliverySpan):
         return self
 
     def __enter__(self) -> None:
-        self.writer.add(Record(self.message_id, STARTED, time.time(), self.attempt))
+        self._add(STARTED, time.time(), {})
         if self.inner is not NO_DELIVERY:
             self.active = self.inner.activate()
             self.active.__enter__()
@@ -151,7 +186,11 @@ class _Delivery(DeliverySpan):
             state, detail = DEAD_LETTERED, self.decision
         else:
             state, detail = REQUEUED, {} if error is None else {"error": short_error(error)}
-        self.writer.add(Record(self.message_id, state, now, self.attempt, detail))
+        self._add(state, now, detail)
+
+    def _add(self, state: str, at: float, detail: Mapping[str, Any]) -> None:
+        mid, group, callback_of = self.message_id, self.group, self.callback_of
+        self.writer.add(Record(mid, state, at, self.attempt, detail, group, callback_of))
 
 
 class StatusTracing(Tracing):
@@ -189,7 +228,7 @@ class StatusTracing(Tracing):
                 correlation_id=correlation_id,
                 body_size=body_size,
             )
-        return _Sent(self.writer, message_id, PUBLISHED, {"type": type_name}, inner)
+        return _Sent(self.writer, message_id, PUBLISHED, {"type": type_name}, inner, headers)
 
     def replay(
         self,
@@ -204,7 +243,7 @@ class StatusTracing(Tracing):
             inner = self.inner.replay(
                 headers, queue=queue, message_id=message_id, correlation_id=correlation_id
             )
-        return _Sent(self.writer, message_id, REPLAYED, {"queue": queue}, inner)
+        return _Sent(self.writer, message_id, REPLAYED, {"queue": queue}, inner, headers)
 
     def deliver(
         self,
@@ -231,8 +270,9 @@ class StatusTracing(Tracing):
                 body_size=body_size,
             )
         detail = {"queue": queue, "type": type_name}
-        self.writer.add(Record(message_id, RECEIVED, time.time(), attempt, detail))
-        return _Delivery(self.writer, message_id, attempt, inner)
+        workflow = workflow_of(headers)
+        self.writer.add(Record(message_id, RECEIVED, time.time(), attempt, detail, *workflow))
+        return _Delivery(self.writer, message_id, attempt, inner, workflow)
 
     def purged(self, *, queue: str, message_id: str) -> None:
         self.inner.purged(queue=queue, message_id=message_id)

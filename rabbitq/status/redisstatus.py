@@ -10,6 +10,12 @@ each command of a pipeline on the worker's event loop, which cost the worker abo
 of its rate at 3 records a message (docs/benchmarks.md). It runs on a connection of its
 own (not the idempotency store's). Like the idempotency keys, records survive a Redis
 restart only with persistence (AOF) configured.
+
+A workflow group has a set of its members' ids, ``<group_prefix><group_id>``, and one
+of its callbacks' ids, ``<callback_prefix><group_id>`` (the key prefix without its last
+``:``, then ``-group:`` or ``-callback:``: ``rabbitq:status-group:<id>``, a name no
+message's list can have), added to by the same script and kept as long as the lists:
+their expiry is set again at each write of a member.
 """
 
 from __future__ import annotations
@@ -27,16 +33,25 @@ from redis.exceptions import RedisError
 from ..effects.store import StoreUnavailable
 from ..errors import ConfigurationError
 from ..settings import redact_url
+from .group import GroupRecords
 from .model import Record
 
 DEFAULT_KEY_PREFIX = "rabbitq:status:"
 DEFAULT_RETENTION = 7 * 24 * 3600.0  # as the idempotency keys'
 CLIENT_NAME = "rabbitq-status"
-# KEYS: one list per message; ARGV[1]: retention in ms, ARGV[k + 1]: the records of
-# KEYS[k] written now, as one JSON array.
+READ_BATCH = 1000  # member lists read per round trip
+MAX_CALLBACKS = 100  # messages read as one group's callbacks, at most
+# KEYS[1..n]: one list per message, then group sets; ARGV[1]: retention in ms, ARGV[2]:
+# n; ARGV[k + 2]: for a list, the records of KEYS[k] written now, as one JSON array; for
+# a set, the message id to add to it.
 _APPEND = """
+local n = tonumber(ARGV[2])
 for k = 1, #KEYS do
-  redis.call('RPUSH', KEYS[k], ARGV[k + 1])
+  if k <= n then
+    redis.call('RPUSH', KEYS[k], ARGV[k + 2])
+  else
+    redis.call('SADD', KEYS[k], ARGV[k + 2])
+  end
   redis.call('PEXPIRE', KEYS[k], ARGV[1])
 end
 return #KEYS
@@ -62,6 +77,8 @@ class RedisStatus:
         self.url = url
         self.retention_ms = int(retention * 1000)
         self.key_prefix = key_prefix
+        self.group_prefix = key_prefix.removesuffix(":") + "-group:"
+        self.callback_prefix = key_prefix.removesuffix(":") + "-callback:"
         self.timeout = timeout
         self._client: aioredis.Redis | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -96,12 +113,20 @@ class RedisStatus:
     async def write(self, records: Sequence[Record]) -> None:
         """Append ``records``: one command."""
         by_message: dict[str, list[tuple[Any, ...]]] = {}
+        indexed: dict[tuple[str, str], None] = {}  # (set key, message id), in order
         for r in records:
-            entry = (r.state, r.at, r.attempt, r.detail or None, r.group_id)
+            entry: tuple[Any, ...] = (r.state, r.at, r.attempt, r.detail or None, r.group_id)
+            if r.group_id is not None:
+                indexed[self.group_prefix + r.group_id, r.message_id] = None
+            if r.callback_of is not None:
+                entry += (r.callback_of,)
+                indexed[self.callback_prefix + r.callback_of, r.message_id] = None
             by_message.setdefault(r.message_id, []).append(entry)
         keys = [self.key_prefix + message_id for message_id in by_message]
-        args: list[bytes | int] = [self.retention_ms]
+        keys.extend(key for key, _ in indexed)
+        args: list[bytes | int | str] = [self.retention_ms, len(by_message)]
         args.extend(orjson.dumps(entries) for entries in by_message.values())
+        args.extend(message_id for _, message_id in indexed)
         self._redis()  # (the script is registered with the client)
         try:
             await self._script(keys=keys, args=args)
@@ -116,6 +141,31 @@ class RedisStatus:
             raise StoreUnavailable(f"{self!r}: read failed: {exc}") from exc
         return [_record(message_id, entry) for item in raw for entry in orjson.loads(item)]
 
+    async def read_group(self, group_id: str, limit: int) -> GroupRecords:
+        """The records of at most ``limit`` members of ``group_id`` (which ones, when it
+        has more, is the set's scan order) and of its callbacks; ``SCARD`` counts them."""
+        client = self._redis()
+        try:
+            total = await client.scard(self.group_prefix + group_id)
+            members = await _scan(client, self.group_prefix + group_id, limit)
+            callbacks = await _scan(client, self.callback_prefix + group_id, MAX_CALLBACKS)
+            seen = set(members)
+            ids = members + [c for c in callbacks if c not in seen]
+            records: list[Record] = []
+            for start in range(0, len(ids), READ_BATCH):
+                chunk = ids[start : start + READ_BATCH]
+                async with client.pipeline(transaction=False) as pipe:
+                    for message_id in chunk:
+                        pipe.lrange(self.key_prefix + message_id, 0, -1)
+                    lists = await pipe.execute()
+                for message_id, raw in zip(chunk, lists, strict=True):
+                    records.extend(
+                        _record(message_id, entry) for item in raw for entry in orjson.loads(item)
+                    )
+        except (RedisError, OSError) as exc:
+            raise StoreUnavailable(f"{self!r}: read failed: {exc}") from exc
+        return GroupRecords(records, int(total))
+
     async def close(self) -> None:
         """Close the connection (opened again on next use)."""
         client, self._client = self._client, None
@@ -123,14 +173,28 @@ class RedisStatus:
             await client.aclose()
 
     async def drop(self) -> int:
-        """Delete every record under ``key_prefix`` (for tests); return the keys deleted."""
+        """Delete every record under ``key_prefix`` and the group indexes beside it (for
+        tests); return the keys deleted."""
         client = self._redis()
         deleted = 0
-        async for key in client.scan_iter(match=self.key_prefix + "*", count=1000):
-            deleted += await client.delete(key)
+        for prefix in (self.key_prefix, self.group_prefix, self.callback_prefix):
+            async for key in client.scan_iter(match=prefix + "*", count=1000):
+                deleted += await client.delete(key)
         return deleted
 
 
+async def _scan(client: aioredis.Redis, key: str, limit: int) -> list[str]:
+    """At most ``limit`` members of the set ``key``, as text."""
+    found: dict[str, None] = {}
+    cursor = 0
+    while True:
+        cursor, batch = await client.sscan(key, cursor, count=1000)
+        for raw in batch:
+            found[raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)] = None
+        if cursor == 0 or len(found) >= limit:
+            return list(found)[:limit]
+
+
 def _record(message_id: str, entry: list[Any]) -> Record:
-    state, at, attempt, detail, group_id = entry
-    return Record(message_id, state, at, attempt, detail or {}, group_id)
+    state, at, attempt, detail, group_id, *rest = entry  # callback_of, when there is one
+    return Record(message_id, state, at, attempt, detail or {}, group_id, *rest[:1])

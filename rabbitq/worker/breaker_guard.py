@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..breaker import CLOSED, HALF_OPEN, OPEN, Breaker, Circuit, State, combined, verdict
+from ..handler import Handler
 from ..hooks import Hooks
 from .consumer import BREAKER_OPEN, Pausable
 
@@ -26,6 +27,14 @@ class BreakerGuard:
 
     ``clock`` is ``time.monotonic`` outside tests.
     """
+
+    @classmethod
+    def wanted(
+        cls, queue: str, handlers: Mapping[str, Handler], *, consumer: Pausable, hooks: Hooks
+    ) -> BreakerGuard | None:
+        """The guard of ``handlers`` that have a ``breaker``; None when none has."""
+        breakers = {name: h.breaker for name, h in handlers.items() if h.breaker}
+        return cls(queue, breakers, consumer=consumer, hooks=hooks) if breakers else None
 
     def __init__(
         self,

@@ -26,13 +26,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Coroutine, Mapping
+import uuid
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
 import aiormq.abc
 from aio_pika.abc import AbstractRobustChannel, AbstractRobustConnection
 
 from ..hooks import CONSUMER_CANCELLED, Hooks
+from .delivery import OnDelivery, deliver_directly
 
 log = logging.getLogger("rabbitq.worker")
 
@@ -117,7 +119,7 @@ class Consumer:
     def __init__(
         self,
         queue: str,
-        on_delivery: Callable[[aiormq.abc.DeliveredMessage], Coroutine[Any, Any, None]],
+        on_delivery: OnDelivery,
         hooks: Hooks,
         *,
         redeclare: Callable[[str], Awaitable[None]],
@@ -228,11 +230,20 @@ class Consumer:
     async def _consume(self) -> None:
         assert self.channel is not None
         channel = await self.channel.get_underlay_channel()
+        # Without aiormq's task per delivery, from the first delivery on: the tag is ours,
+        # so the route exists before the broker can deliver. (Routed after consume-ok, the
+        # first deliveries ran in aiormq's tasks and were overtaken by the next ones: an
+        # ordered handler's key ran out of order.) If aiormq changed, _delivered serves.
+        tag = f"rabbitq-{uuid.uuid4().hex}"
+        deliver_directly(channel, tag, self._on_delivery)
         ok = await channel.basic_consume(
-            self.queue, self._on_delivery, arguments=self.arguments
+            self.queue, self._delivered, arguments=self.arguments, consumer_tag=tag
         )
         channel.on_consumer_cancel_callbacks.add(self._on_cancelled)
         self._consuming_on, self._tag = channel, ok.consumer_tag
+
+    async def _delivered(self, message: aiormq.abc.DeliveredMessage) -> None:
+        self._on_delivery(message)  # in aiormq's task; it starts the worker's own
 
     async def _cancel(self) -> None:
         channel, tag = self._consuming_on, self._tag

@@ -6,14 +6,25 @@ through a guarded ``__setattr__``) and an extra task, which cost more per messag
 the rest of rabbitq's own work (see docs/benchmarks.md). :class:`Incoming` exposes the
 same fields, normalised the same way (absent ids are None, absent headers ``{}``,
 absent priority 0), so the rest of the worker reads it as it read aio-pika's.
+
+:func:`deliver_directly` saves aiormq's own task per delivery: aiormq runs every
+consumer callback in a task of its own (kept in two future stores, with two done
+callbacks), only for the worker to start its own task from it at once. The worker's
+consumer is called as its frames are read instead, and starts its one task there.
 """
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
 import aiormq.abc
+
+log = logging.getLogger("rabbitq.worker")
+
+OnDelivery = Callable[[aiormq.abc.DeliveredMessage], None]
 
 
 class Incoming:
@@ -60,3 +71,39 @@ class Incoming:
 
     def __repr__(self) -> str:
         return f"<Incoming {self.delivery_tag} {self.type or self.routing_key!r}>"
+
+
+def deliver_directly(channel: Any, consumer_tag: str, on_delivery: OnDelivery) -> bool:
+    """Have aiormq's ``channel`` call ``on_delivery`` for ``consumer_tag``'s deliveries
+    as its reader reads them, without a task per delivery (aiormq 7's ``_reader`` calls
+    ``self._on_deliver_frame``; tests/worker/test_direct_delivery.py guards it).
+
+    ``on_delivery`` must not block: the worker's starts its own task and returns. Other
+    consumers of the channel keep aiormq's way. False (nothing changed, aiormq's way
+    still works) when the channel lacks the methods this reads frames with.
+    """
+    read_header = getattr(channel, "_Channel__get_content_header", None)
+    read_content = getattr(channel, "_read_content", None)
+    if read_header is None or read_content is None:
+        return False
+    routes: dict[str, OnDelivery] | None = getattr(channel, "_rabbitq_direct", None)
+    if routes is None:
+        original = channel._on_deliver_frame
+        routes = {}
+
+        async def on_deliver_frame(frame: Any) -> None:
+            callback = routes.get(frame.consumer_tag)
+            if callback is None:
+                await original(frame)
+                return
+            # What aiormq's own _on_deliver_frame reads, then the call without a task.
+            message = await read_content(frame, await read_header())
+            try:
+                callback(message)
+            except Exception:  # as aiormq logs a failed consumer task
+                log.exception("consumer callback failed")
+
+        channel._on_deliver_frame = on_deliver_frame
+        channel._rabbitq_direct = routes
+    routes[consumer_tag] = on_delivery
+    return True

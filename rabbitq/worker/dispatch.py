@@ -27,6 +27,7 @@ from ..context import Context
 from ..effects.guard import (
     BUSY_ELSEWHERE,
     DUPLICATE,
+    RAN,
     Effects,
     Send,
     busy_decision,
@@ -34,11 +35,15 @@ from ..effects.guard import (
     run_once,
 )
 from ..effects.store import lease_for
-from ..errors import ConfigurationError, DecodeError, HandlerNotStarted
+from ..errors import ConfigurationError, DecodeError, HandlerNotStarted, PermanentError
 from ..handler import Handler
 from ..hooks import UNKNOWN
 from ..message import decode
-from ..retry import INVALID, UNKNOWN_TYPE, DeadLetter, not_started, parse_attempt
+from ..retry import INVALID, UNKNOWN_TYPE, DeadLetter, RetryPolicy, not_started, parse_attempt
+from ..workflow.chords import ChordStore
+from ..workflow.steps import Flow, flow_of
+from .batch_run import BatchItem
+from .batching import Batcher, run_alone
 from .handler_call import call_handler
 from .handler_pool import HandlerPool
 from .outcome import ACK, Outcome, failed
@@ -103,6 +108,8 @@ async def process(
     attempt: int | None = None,
     send: Send | None = None,
     outbox: Any = None,
+    batches: Batcher | None = None,
+    chords: ChordStore | None = None,
 ) -> Outcome:
     """Run ``delivery`` through its handler and decide ack, retry or dead-letter.
 
@@ -114,20 +121,56 @@ async def process(
     ``asyncio.CancelledError`` (shutdown) propagates; every other exception is caught.
     A sync handler that found no free thread in a :class:`HandlerPool` did not run: it is
     retried as the same attempt, or (no retry tiers) :class:`HandlerNotStarted` is raised
-    for the worker to return the message.
+    for the worker to return the message. A batch handler's message joins its batch in
+    ``batches`` (the worker's :class:`~rabbitq.worker.batching.Batcher`; without one, a
+    batch of one).
+    A step of a chain or a member of a chord (``chords``: the app's chord store, with a
+    status store) does its part of the workflow (:mod:`rabbitq.workflow.steps`).
     """
     if type_name is None:
         type_name = resolve_type(delivery, queue)
     if attempt is None:
         attempt = attempt_of(delivery)
+    try:
+        message_id = functools.partial(message_id_of, delivery, type_name)
+        flow = flow_of(delivery.headers or {}, message_id, chords, send or _cannot_send)
+    except PermanentError as exc:  # a malformed workflow header: dead-lettered
+        return failed(RetryPolicy(), type_name, attempt, exc)
+    outcome = await _decide(
+        handlers, queue, delivery, executor, type_name, attempt, send, outbox, flow, batches
+    )
+    if flow is not None and isinstance(outcome.decision, DeadLetter):
+        await flow.dead_lettered()
+    return outcome
+
+
+async def _decide(
+    handlers: Mapping[str, Handler],
+    queue: str,
+    delivery: Delivery,
+    executor: Executor | HandlerPool | None,
+    type_name: str,
+    attempt: int,
+    send: Send | None,
+    outbox: Any,
+    flow: Flow | None,
+    batches: Batcher | None,
+) -> Outcome:
     handler = handlers.get(type_name)
     if handler is None:
         return _unknown_type(type_name, queue, attempt)
     message = _decoded(handler, delivery.body, type_name, attempt)
     if isinstance(message, Outcome):
         return message
+    if handler.batch is not None and flow is not None:
+        error = PermanentError(f"{type_name} has a batch handler: it cannot be a workflow step")
+        return failed(handler.retry, type_name, attempt, error)
+    if handler.batch is not None:  # a batch handler: the message waits for its batch
+        if batches is None:
+            return await run_alone(handler, type_name, queue, BatchItem(message, delivery, attempt))
+        return await batches.submit(type_name, message, delivery, attempt)
     return await _attempt(
-        handler, message, delivery, queue, type_name, attempt, executor, send, outbox
+        handler, message, delivery, queue, type_name, attempt, executor, send, outbox, flow
     )
 
 
@@ -159,6 +202,7 @@ def _context(
     type_name: str,
     attempt: int,
     outbox: Any,
+    flow: Flow | None = None,
 ) -> Context:
     """The handler's ``ctx``; the idempotency key is the handler's (it may raise)."""
     message_id = message_id_of(delivery, type_name)
@@ -181,6 +225,7 @@ def _context(
         routing_key=delivery.routing_key or "",
         timestamp=delivery.timestamp,
         effects=effects,
+        flow=flow,
     )
 
 
@@ -194,20 +239,25 @@ async def _attempt(
     executor: Executor | HandlerPool | None,
     send: Send | None,
     outbox: Any,
+    flow: Flow | None = None,
 ) -> Outcome:
     """One attempt: the context, the handler once per key, and what came of it."""
     started = time.perf_counter()
     try:
-        ctx = _context(handler, message, delivery, queue, type_name, attempt, outbox)
+        ctx = _context(handler, message, delivery, queue, type_name, attempt, outbox, flow)
         effects = ctx.effects
         assert effects is not None
-        call = functools.partial(call_handler, handler, message, ctx, executor)
+        call: Any = functools.partial(call_handler, handler, message, ctx, executor)
+        if flow is not None:  # keep the result, queue a chain's next step
+            call = flow.around(call, effects)
         lease = lease_for(handler.timeout)
         verdict = await run_once(effects, call, send or _cannot_send, lease=lease)
         busy = busy_decision(handler.retry, attempt) if verdict == BUSY_ELSEWHERE else None
         while verdict == BUSY_ELSEWHERE and busy is None:  # no retry tier to wait in
             await asyncio.sleep(BUSY_RECLAIM)
             verdict = await run_once(effects, call, send or _cannot_send, lease=lease)
+        if flow is not None and verdict in (RAN, DUPLICATE):
+            await flow.succeeded()  # count a chord member; its callback once complete
     except HandlerNotStarted as exc:
         retry = not_started(handler.retry, attempt)
         if retry is None:

@@ -37,9 +37,11 @@ from ..errors import ConfigurationError, HandlerNotStarted
 from ..hooks import UNKNOWN, Hooks, combine
 from ..settings import TLS, Settings, redact_url
 from ..tracing.base import NO_DELIVERY
+from ..workflow.chords import chord_store
 from . import consumer_args
 from .acks import Acker
 from .admission import Admission
+from .batching import Batcher
 from .breaker_guard import BreakerGuard
 from .consumer import BROKER_BLOCKED, CLOSE_TIMEOUT, NOT_CONSUMING, STOPPING, Consumer
 from .consumer_timeout import on_channel_closed
@@ -48,10 +50,11 @@ from .delivery import Incoming
 from .dispatch import attempt_of, process, resolve_type
 from .handler_pool import HandlerPool, report_abandoned, report_returned
 from .keeper import Keeper
+from .ordering import Ordering
 from .outcome import failed
 from .settle import REQUEUE_BACKOFF, Settler
 from .spans import trace_delivery
-from .stopping import unless_stopped
+from .stopping import drain, unless_stopped
 
 log = logging.getLogger("rabbitq.worker")
 
@@ -85,8 +88,7 @@ class Worker:
         self.app = app
         self.url = app.resolved_url(url)
         self.tls = tls or app.tls
-        # the broker's delivery-ack timeout, if known (see rabbitq.worker.consumer_timeout)
-        self.consumer_timeout = (
+        self.consumer_timeout = (  # the broker's ack timeout, if known (worker.consumer_timeout)
             Settings.from_env().consumer_timeout if consumer_timeout is None else consumer_timeout
         )
         self.prefetch = prefetch or app.prefetch
@@ -95,6 +97,8 @@ class Worker:
         self.topology: Topology = app.topology()
         self._handlers = app.handlers
         self._queue_name = app.queue
+        # where chord members are counted and results kept (App(status=...); workflow/)
+        self._chords = chord_store(app.status_writer.store) if app.status_writer else None
         self._executor = HandlerPool(
             sync_workers or self.prefetch,
             abandoned=functools.partial(report_abandoned, self.hooks, self._queue_name),
@@ -119,6 +123,12 @@ class Worker:
             hooks=self.hooks,
         )
         self._settler = Settler(self._queue_name, self.topology, self._copies, self.hooks)
+        # ordered_by handlers: one message of a key at a time, retries held (docs/ordering.md)
+        self.ordering = Ordering.wanted(  # self: the connection where blocked keys are kept
+            self._queue_name, self._handlers, self.hooks, self.consumer_timeout, self
+        )
+        self._process = process if self.ordering is None else self.ordering.process
+        self.consume_args: dict[str, object] = {}  # basic.consume's, besides consumer_args'
         self._blocked = BlockedWatch(self._on_blocked)
         self._watching: asyncio.Task[None] | None = None
         self._connection: AbstractRobustConnection | None = None
@@ -129,12 +139,10 @@ class Worker:
         # Limited handlers wait for their turn without a handler slot (rabbitq.ratelimit).
         self.admission = Admission.for_app(app, prefetch=self.prefetch, hooks=self.hooks)
         self.tracing = app.tracing
+        self.batches = Batcher(self._handlers, self._queue_name, self.hooks, prefetch=self.prefetch)
         self._stop = asyncio.Event()
-        breakers = {name: h.breaker for name, h in self._handlers.items() if h.breaker}
-        self.breakers = (
-            BreakerGuard(self._queue_name, breakers, consumer=self.consumer, hooks=self.hooks)
-            if breakers
-            else None
+        self.breakers = BreakerGuard.wanted(
+            self._queue_name, self._handlers, consumer=self.consumer, hooks=self.hooks
         )
 
     # -- lifecycle ---------------------------------------------------------------
@@ -148,7 +156,8 @@ class Worker:
         self._connection.close_callbacks.add(self._on_connection_lost)
         self._connection.reconnect_callbacks.add(self._on_reconnected)
         self.hooks.connection_changed(True)
-        self.consumer.arguments = consumer_args.at_start(self, brokers.log_broker(self._connection))
+        facts = brokers.log_broker(self._connection)  # then the partition's x-priority, if any
+        self.consumer.arguments = {**consumer_args.at_start(self, facts), **self.consume_args}
         try:
             channel = await self.consumer.open(self._connection, self.admission.broker_prefetch)
             self.hooks.prefetch_changed(self._queue_name, self.prefetch)
@@ -220,23 +229,11 @@ class Worker:
             self.breakers.close()  # deliveries waiting for a probe's verdict go back
         await self.consumer.stop()
         self.admission.cancel_waiting()  # not started: back to the queue now
-        if self._tasks:
-            log.info(
-                "waiting up to %gs for %d in-flight handler(s)", self.grace_period, len(self._tasks)
-            )
-            await asyncio.wait(list(self._tasks), timeout=self.grace_period)
-        late = [t for t in self._handling if not t.done()]
-        if late:
-            log.warning("grace period over: returning %d message(s) to the queue", len(late))
-            for task in late:
-                task.cancel()  # the task nacks its delivery with requeue
-        if self._tasks:
-            # Settling is short, unless the broker blocks us or holds copies back: those
-            # are cancelled; unsettled deliveries go back when the connection closes.
-            settle = 1.0 if self.consumer.blocked or self._copies.held else 10.0
-            await asyncio.wait(list(self._tasks), timeout=settle)
-            for task in [t for t in self._tasks if not t.done()]:
-                task.cancel()
+        self.batches.flush_all()  # partial batches run now, within the grace period
+        # Settling is short, unless the broker blocks us or holds copies back: those are
+        # cancelled; unsettled deliveries go back when the connection closes.
+        settle = 1.0 if self.consumer.blocked or self._copies.held else 10.0
+        await drain(self._tasks, self._handling, self.grace_period, settle)
         if self._watching:
             self._watching.cancel()
         if self._acker is not None:
@@ -247,9 +244,9 @@ class Worker:
         await self._close_connection()
         self._executor.shutdown()
         await self.admission.close()
-        # after the handlers; a store opens again on its next use; then the status
+        # after the handlers (a store opens again on its next use), and before the status
         # records still queued (App(status=...)) are flushed
-        await close_stores(h.idempotency for h in self._handlers.values())
+        await close_stores([*(h.idempotency for h in self._handlers.values()), self._chords])
         await self.app.tracing.flush()
         if connected:  # a worker that never connected just reports the error
             log.info("worker for %r stopped", self._queue_name)
@@ -300,21 +297,29 @@ class Worker:
             )
         return self._acker
 
-    async def _on_delivery(self, message: aiormq.abc.DeliveredMessage) -> None:
+    def _on_delivery(self, message: aiormq.abc.DeliveredMessage) -> None:
+        """Called as the delivery's frames are read (no task of aiormq's around it:
+        rabbitq.worker.delivery.deliver_directly); it starts the delivery's own task."""
         delivery = Incoming(message)
         acker = self._acker_for(delivery)
         if self.consumer.stopping:
             # Arrived between basic.cancel and its confirmation: give it back.
-            await self._settler.nack(delivery, resolve_type(delivery, self._queue_name), acker)
+            type_name = resolve_type(delivery, self._queue_name)
+            self._track(asyncio.create_task(self._settler.nack(delivery, type_name, acker)))
             return
-        # The handler runs in a task of our own, not in aiormq's delivery task: aiormq
-        # cancels its tasks when the channel closes, and a lost connection must not
-        # interrupt a handler half-way through sending an email. Its ack then fails
-        # and the broker redelivers the message, which is logged as such.
-        task = asyncio.create_task(self._handle(delivery, acker))
-        self._tasks.add(task)
+        # The handler runs in a task of our own, never in one of aiormq's: aiormq cancels
+        # its tasks when the channel closes, and a lost connection must not interrupt a
+        # handler half-way through sending an email (its ack fails; it is redelivered).
+        turn = self.ordering.arrive(delivery) if self.ordering is not None else None
+        task = self._track(asyncio.create_task(self._handle(delivery, acker)))
+        if turn is not None and self.ordering is not None:  # the next of its key may go
+            task.add_done_callback(functools.partial(self.ordering.settled, turn))
         self._handling.add(task)
+
+    def _track(self, task: asyncio.Task[None]) -> asyncio.Task[None]:
+        self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        return task
 
     async def _handle(self, delivery: Incoming, acker: Acker) -> None:
         task = asyncio.current_task()
@@ -346,13 +351,11 @@ class Worker:
                     delivery.message_id or "(no message_id)",
                 )
             if self.breakers is not None and not await self.breakers.admit(type_name):
-                await self._settler.nack(
-                    delivery, type_name, acker
-                )  # circuit open: back, no attempt used
+                await self._settler.nack(delivery, type_name, acker)  # circuit open: no attempt
                 span.end("requeued")
                 return
             with span.activate():
-                outcome = await process(
+                outcome = await self._process(
                     self._handlers,
                     self._queue_name,
                     delivery,
@@ -361,6 +364,8 @@ class Worker:
                     attempt=attempt,
                     send=self._send_follow_ups,
                     outbox=self.app.outbox,
+                    batches=self.batches,
+                    chords=self._chords,
                 )
             if self.breakers is not None and not outcome.busy:
                 self.breakers.record(type_name, outcome.decision)

@@ -1,10 +1,14 @@
-"""Starting something that a stop request may overtake (a worker still connecting)."""
+"""Stopping: starting something that a stop request may overtake (a worker still
+connecting), and draining the deliveries in flight."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Coroutine
 from typing import Any
+
+log = logging.getLogger("rabbitq.worker")
 
 
 async def unless_stopped(work: Coroutine[Any, Any, None], stop: asyncio.Event) -> bool:
@@ -26,3 +30,23 @@ async def unless_stopped(work: Coroutine[Any, Any, None], stop: asyncio.Event) -
     working.cancel()
     await asyncio.gather(working, return_exceptions=True)
     return False
+
+
+async def drain(
+    tasks: set[asyncio.Task[None]], handling: set[asyncio.Task[None]], grace: float, settle: float
+) -> None:
+    """Let the deliveries in flight (``tasks``) finish within ``grace`` seconds; then
+    cancel those still in their handler (``handling``: each returns its message to the
+    queue), give the rest ``settle`` seconds to settle, and cancel what is left."""
+    if tasks:
+        log.info("waiting up to %gs for %d in-flight handler(s)", grace, len(tasks))
+        await asyncio.wait(list(tasks), timeout=grace)
+    late = [t for t in handling if not t.done()]
+    if late:
+        log.warning("grace period over: returning %d message(s) to the queue", len(late))
+        for task in late:
+            task.cancel()  # the task nacks its delivery with requeue
+    if tasks:
+        await asyncio.wait(list(tasks), timeout=settle)
+        for task in [t for t in tasks if not t.done()]:
+            task.cancel()

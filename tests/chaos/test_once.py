@@ -119,8 +119,12 @@ async def test_a_failing_handler_publishes_no_follow_up_and_a_succeeding_one_eac
         await run.stop()
         count = await run.count(KEYS // 2)
     print("\n" + count.line("follow-ups, first attempt fails"))
-    # Each copy's failed first attempt wrote its (outside) effect (1 to 3 per key, as the
-    # copies overlap or not) and the one success another; no failed attempt's follow-up
-    # was sent, the success's exactly once.
-    assert count.lost == 0 and all(2 <= n <= 4 for n in count.effects.values())
+    # No failed attempt's follow-up was sent, the success's exactly once.
     assert count.paid_lost == 0 and count.paid_duplicates == 0
+    # Each copy's failed first attempt wrote its (outside) effect (1 to 3 per key, as the
+    # copies overlap or not) and the one success another: 2 to 4 a key. A run repeated
+    # on a loaded machine (an attempt past the handler's 2 s timeout after its effect, a
+    # redelivery) writes one more, never more than the runs of its key (CI saw 5 once).
+    assert count.lost == 0 and count.key_runs is not None
+    for key, n in count.effects.items():
+        assert 2 <= n <= count.key_runs[key] and (n <= 4 or count.key_runs[key] > 4), key

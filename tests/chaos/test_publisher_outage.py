@@ -42,8 +42,12 @@ async def test_publish_while_the_broker_is_down_fails_or_waits_but_never_claims_
             await plain.publish(Order(n=0), message_id="before")
             await asyncio.to_thread(chaos_node.ctl, "stop_app")
 
-            # default: fails at once, and says nothing was sent
-            with pytest.raises(PublishInterrupted, match="not connected to RabbitMQ"):
+            # default: fails at once, never claims success. It says nothing was sent, or,
+            # when the client has not yet seen the node's close (stop_app returns before
+            # the close frame arrives; seen under CI load), that it may have been stored.
+            with pytest.raises(
+                PublishInterrupted, match="not connected to RabbitMQ|may or may not have been"
+            ):
                 await plain.publish(Order(n=1), message_id="fail-fast")
             # a bounded retry that the outage outlasts: a clear error, no success
             with pytest.raises(PublishInterrupted, match=r"not confirmed within retry_for=0.5s"):

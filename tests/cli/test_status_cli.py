@@ -18,7 +18,15 @@ from click.testing import CliRunner, Result
 
 from rabbitq.cli import main
 from rabbitq.status import RedisStatus
-from rabbitq.status.model import PUBLISHED, RECEIVED, RETRYING, STARTED, Record
+from rabbitq.status.model import (
+    DEAD_LETTERED,
+    PUBLISHED,
+    RECEIVED,
+    RETRYING,
+    STARTED,
+    SUCCEEDED,
+    Record,
+)
 from tests.helpers import REDIS_URL
 
 PREFIX = f"rabbitq-test:{uuid.uuid4().hex}:status:"
@@ -99,7 +107,7 @@ def test_status_json_is_one_object(message_id):
 @pytest.mark.parametrize(
     ("spec", "message"),
     [
-        ("rq_unit_status_app:app", "no status for message 'nope'"),
+        ("rq_unit_status_app:app", "no status for message or group 'nope'"),
         ("rq_unit_status_app:plain", "has no status store: App(status=...)"),
         ("rq_unit_status_app:down", "RedisStatus('redis://127.0.0.1:1/0'"),
         ("no_such_module:app", "no such module"),
@@ -145,3 +153,42 @@ def test_effects_init_creates_the_status_table_and_checks_redis(tmp_path, monkey
         assert found == [(prefix + "status",)]
     finally:
         sys.modules.pop("rq_unit_status_init", None)
+
+
+@pytest.fixture(scope="module")
+def group_id() -> Iterator[str]:
+    """A group of 60 members (one dead-lettered) and its callback, in the store."""
+    store = RedisStatus(REDIS_URL, key_prefix=PREFIX)
+    gid = uuid.uuid4().hex
+    records = [
+        Record(f"{gid}-{i:02}", SUCCEEDED if i else DEAD_LETTERED, 100.0 + i, 1, {}, gid)
+        for i in range(60)
+    ]
+    records.append(Record(f"{gid}-cb", PUBLISHED, 200.0, None, {"type": "receipt"}, None, gid))
+
+    async def write() -> None:
+        await store.write(records)
+        await store.close()
+
+    asyncio.run(write())
+    return gid  # dropped with the module's store (message_id's fixture)
+
+
+def test_status_of_a_group_counts_its_members_and_lists_the_first(group_id, message_id):
+    result = run("status", "rq_unit_status_app:app", group_id)
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert lines[0] == f"group {group_id}: 60 member(s), 59 succeeded, not complete"
+    assert lines[1] == "members by state: succeeded 59, dead_lettered 1"
+    assert lines[2] == f"callback {group_id}-cb (receipt): published"
+    assert lines[4].split()[:2] == [f"{group_id}-00", "dead_lettered"]  # not succeeded first
+    assert lines[-1] == "  … and 10 more" and len(lines) == 4 + 50 + 1
+
+
+def test_status_of_a_group_as_json_lists_every_member_read(group_id, message_id):
+    result = run("status", "rq_unit_status_app:app", group_id, "--json")
+    assert result.exit_code == 0, result.output
+    data = orjson.loads(result.output)
+    assert data["total"] == data["read"] == 60 and data["complete"] is False
+    assert data["counts"] == {"succeeded": 59, "dead_lettered": 1}
+    assert len(data["members"]) == 60 and data["callbacks"][0]["state"] == "published"

@@ -17,7 +17,7 @@ from rabbitq.console.security import Guard
 from rabbitq.console.state import Config
 from rabbitq.console.targets import from_app
 from rabbitq.status import RedisStatus
-from rabbitq.status.model import DEAD_LETTERED, PUBLISHED, RECEIVED, STARTED, Record
+from rabbitq.status.model import DEAD_LETTERED, PUBLISHED, RECEIVED, STARTED, SUCCEEDED, Record
 from tests.helpers import REDIS_URL
 
 from .broker import dead, declare_app, delete_app, publish
@@ -134,3 +134,37 @@ def test_replays_and_purges_from_the_console_are_recorded(status_app, broker_url
             page = client.get("/status", params={"id": mid}).text
             states[mid] = "<td>replayed</td>" in page, "<td>purged</td>" in page
     assert sorted(states.values()) == [(False, True), (True, False)]
+
+
+def test_a_group_id_shows_the_workflow_members_by_state_and_the_callback(status_app, tmp_path):
+    assert status_app.status_writer is not None
+    store = status_app.status_writer.store
+    gid = f"g-{uuid.uuid4().hex}"
+    hostile = "m-<b>\x1b[31m"
+    records = [
+        Record("m-ok", PUBLISHED, 100.0, None, {"type": "capture"}, gid),
+        Record("m-ok", SUCCEEDED, 101.0, 1, {}, gid),
+        Record(hostile, PUBLISHED, 100.0, None, {"type": "<i>capture</i>"}, gid),
+        Record(hostile, DEAD_LETTERED, 102.0, 1, {"reason": "permanent"}, gid),
+        Record("m-cb", PUBLISHED, 103.0, None, {"type": "receipt"}, None, gid),
+    ]
+
+    async def go() -> None:
+        await store.write(records)
+        await store.close()
+
+    asyncio.run(go())
+    with console(status_app, tmp_path, [("svc:app", status_app)]) as client:
+        html = client.get("/status", params={"id": gid}).text
+        assert f"Workflow <code>{gid}</code>" in html and "History of" not in html
+        assert "svc:app: 1 of 2 member(s) succeeded" in html and "complete</span>" not in html
+        assert '<progress value="1" max="2">' in html
+        assert "<li>succeeded <b>1</b></li>" in html and "<li>dead_lettered <b>1</b></li>" in html
+        callback = '<a href="/status?id=m-cb"><code>m-cb</code></a></td><td>receipt</td>'
+        assert callback + "<td>published</td>" in html
+        first = html.index("m-&lt;b&gt;\\x1b[31m")  # escaped, and listed before the one done
+        assert first < html.index('href="/status?id=m-ok"')
+        assert 'href="/status?id=m-%3Cb%3E%1B%5B31m"' in html
+        assert "<b>\x1b" not in html and "<i>capture" not in html and "&lt;i&gt;capture" in html
+        member = client.get("/status", params={"id": "m-ok"}).text
+        assert "History of <code>m-ok</code>" in member and "<td>succeeded</td>" in member

@@ -40,6 +40,7 @@ class Count:
     cuts: int = 0
     runs: int = 0  # handler runs started
     paid_ids: dict[str, set[str]] | None = None  # follow-up message ids per key
+    key_runs: Counter[str] | None = None  # handler runs started per key
 
     @property
     def paid_distinct_ids(self) -> int:
@@ -295,11 +296,12 @@ class OnceRun:
 
     async def count(self, keys: int) -> Count:
         async with await psycopg.AsyncConnection.connect(PG_URL, autocommit=True) as pg:
-            cur = await pg.execute(f"SELECT count(*) FROM {self.prefix}runs")
-            row = await cur.fetchone()
-        runs = int(row[0]) if row else 0
+            cur = await pg.execute(f"SELECT key, count(*) FROM {self.prefix}runs GROUP BY key")
+            key_runs = Counter({key: int(n) for key, n in await cur.fetchall()})
         paid, ids = await self.paid()
-        return Count(keys, await self.effects(), paid, self.kills, self.cuts, runs, ids)
+        runs = sum(key_runs.values())
+        effects = await self.effects()
+        return Count(keys, effects, paid, self.kills, self.cuts, runs, ids, key_runs)
 
 
 @contextlib.asynccontextmanager

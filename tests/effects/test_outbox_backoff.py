@@ -78,6 +78,7 @@ class Collect:
         return self.seqs
 
 
+@pytest.mark.slow
 @pytest.mark.broker
 async def test_200_unroutable_rows_ahead_of_100_routable_ones_do_not_stall_the_relay(
     make_outbox, pg, bound, caplog

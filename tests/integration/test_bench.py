@@ -10,9 +10,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.slow
 def test_the_harness_runs_every_scenario_at_a_tiny_size_and_reports_json(broker_url):
     out = subprocess.run(
         [sys.executable, "-m", "bench", "--quick", "--n", "200", "--rounds", "1", "--json"],

@@ -72,6 +72,7 @@ async def put(connection, name: str) -> None:
     await channel.close()
 
 
+@pytest.mark.slow
 async def test_changed_delays_name_the_old_retry_queues_and_prune_deletes_the_empty_ones(
     service, broker_url, connection
 ):

@@ -56,6 +56,7 @@ async def project(tmp_path, uid, broker_url):
     assert code == 0, err
 
 
+@pytest.mark.slow
 async def test_the_tutorial_runs_as_written_in_a_fresh_directory(project):
     directory, env = project
     lines = commands()

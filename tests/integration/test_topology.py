@@ -204,6 +204,7 @@ def write_service(tmp_path: Path, names: dict[str, str], queue_type: str) -> Non
     (tmp_path / "service.py").write_text(textwrap.dedent(source))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("queue_type", ["classic", "quorum"])
 async def test_the_cli_declares_every_queue_with_exactly_the_designed_arguments(
     tmp_path, broker_url, names, cleanup, queue_type
@@ -224,6 +225,7 @@ async def test_the_cli_declares_every_queue_with_exactly_the_designed_arguments(
     assert set(expected) <= printed
 
 
+@pytest.mark.slow
 async def test_the_cli_declares_a_durable_topic_exchange_bound_to_the_queue_by_each_type(
     tmp_path, broker_url, names, cleanup
 ):
@@ -242,6 +244,7 @@ async def test_the_cli_declares_a_durable_topic_exchange_bound_to_the_queue_by_e
     }
 
 
+@pytest.mark.slow
 async def test_declaring_the_topology_twice_changes_nothing_and_keeps_queued_messages(
     tmp_path, broker_url, names, cleanup, connection
 ):

@@ -44,6 +44,7 @@ async def exchange_exists(connection, name: str) -> bool:
     return True
 
 
+@pytest.mark.slow
 async def test_delete_refuses_while_a_queue_holds_messages_then_force_deletes_everything(
     service, broker_url, connection
 ):

@@ -33,7 +33,10 @@ CONTRACT = {
     "rabbitq_dead_letters_held_by_broker": "gauge",
     "rabbitq_topology_redeclared": "counter",
     "rabbitq_handler_threads_abandoned": "gauge",
+    "rabbitq_batch_size": "histogram",
+    "rabbitq_batches": "counter",
     "rabbitq_info": "gauge",
+    "rabbitq_ordered_keys_blocked": "gauge",
 }
 
 
@@ -239,3 +242,15 @@ def test_a_dlq_that_drops_messages_is_a_gauge_and_a_readiness_detail_not_a_503()
     )
     m.dlq_checked("q.dlq", [])
     assert value(m, "rabbitq_dlq_drop_risk", queue="q.dlq") == 0 and m.ready_detail() is None
+
+
+def test_blocked_keys_are_a_gauge_and_a_readiness_detail_not_a_503():
+    m = Metrics()
+    m.keys_blocked("ledger.p1", ("acct-3", "acct-9"))
+    assert value(m, "rabbitq_ordered_keys_blocked", queue="ledger.p1") == 2
+    detail = m.ready_detail()
+    assert detail is not None and "'acct-3', 'acct-9'" in detail and "replay" in detail
+
+    m.keys_blocked("ledger.p1", ())
+    assert value(m, "rabbitq_ordered_keys_blocked", queue="ledger.p1") == 0
+    assert m.ready_detail() is None

@@ -7,6 +7,7 @@ refused, ``x-queue-mode`` fails a declare, and quorum priorities need no
 from __future__ import annotations
 
 import ast
+import functools
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,19 +17,30 @@ REFUSED_ARGUMENTS = ("x-queue-mode", "x-queue-version", "x-max-priority")
 HERE = Path(__file__).resolve()
 
 
-def sources() -> Iterator[tuple[Path, ast.AST]]:
-    for tree in TREES:
-        for path in sorted((ROOT / tree).rglob("*.py")):
-            if ".venv" not in path.parts and path.resolve() != HERE:
-                yield path, ast.parse(path.read_text(), str(path))
+@functools.cache
+def sources() -> tuple[tuple[Path, ast.AST], ...]:
+    """Every file of the trees, parsed once per test process (the scans share them)."""
+    return tuple(
+        (path, ast.parse(path.read_text(), str(path)))
+        for tree in TREES
+        for path in sorted((ROOT / tree).rglob("*.py"))
+        if ".venv" not in path.parts and path.resolve() != HERE
+    )
 
 
-def calls(name: str) -> Iterator[tuple[Path, ast.Call]]:
+@functools.cache
+def _method_calls() -> dict[str, list[tuple[Path, ast.Call]]]:
+    """Every ``x.name(...)`` call of the trees, by ``name``, in file order."""
+    found: dict[str, list[tuple[Path, ast.Call]]] = {}
     for path, module in sources():
         for node in ast.walk(module):
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
-                if node.func.attr == name:
-                    yield path, node
+                found.setdefault(node.func.attr, []).append((path, node))
+    return found
+
+
+def calls(name: str) -> Iterator[tuple[Path, ast.Call]]:
+    yield from _method_calls().get(name, [])
 
 
 def true_keyword(call: ast.Call, *names: str) -> bool:

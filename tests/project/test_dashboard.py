@@ -45,6 +45,7 @@ PROMISED = {
     "broker blocking publishers": "rabbitq_connection_blocked",
     "queues re-declared": "rabbitq_topology_redeclared_total",
     "abandoned handler threads": "rabbitq_handler_threads_abandoned",
+    "batch sizes": "rabbitq_batch_size_bucket",
 }
 
 

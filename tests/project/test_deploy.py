@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 import yaml
 
-from rabbitq.app import load_app
 from rabbitq.cli import main as cli
+from rabbitq.loader import load_app
 from rabbitq.worker.lifecycle import DEFAULT_GRACE_PERIOD
 from tests import promql
 

@@ -49,6 +49,7 @@ def page(site: Path, doc: str) -> str:
     return path.read_text()
 
 
+@pytest.mark.slow
 def test_the_site_builds_with_warnings_as_errors(site):
     assert (site / "index.html").is_file()
     # The API reference is generated from the docstrings, not written by hand.
@@ -61,6 +62,7 @@ def test_the_site_builds_with_warnings_as_errors(site):
         assert not re.search(r":(class|func|meth|mod|attr|data|exc):<code>", html.read_text())
 
 
+@pytest.mark.slow
 def test_a_broken_link_or_anchor_fails_the_build(tmp_path):
     copy = tmp_path / "project"
     shutil.copytree(DOCS, copy / "docs")
@@ -173,6 +175,7 @@ PACKAGE = ROOT / "rabbitq"
 NOT_HEADERS = {
     "rabbitq-effects",  # the Redis client name of the idempotency store
     "rabbitq-status",  # the Redis client name of the status store
+    "rabbitq-workflow",  # the Redis client name of the chord store
     "rabbitq-dlq",  # the format name of a DLQ export file (docs/dlq.md)
     "rabbitq-handler",  # the name prefix of sync handler threads
     "rabbitq-demo",  # the demo's queue and exchange (docs/cli.md)

@@ -64,7 +64,9 @@ def test_the_version_is_a_string():
 
 
 def test_the_testing_helpers_are_exported_from_rabbitq_testing():
-    assert rabbitq.testing.__all__ == ["FakeDelivery", "Result", "deliver", "deliver_sync"]
+    assert rabbitq.testing.__all__ == [
+        "FakeDelivery", "Result", "deliver", "deliver_batch", "deliver_sync",
+    ]  # fmt: skip
     for name in rabbitq.testing.__all__:
         assert getattr(rabbitq.testing, name).__module__ == "rabbitq.testing"
         assert inspect.getdoc(getattr(rabbitq.testing, name))

@@ -32,6 +32,7 @@ async def client() -> AsyncIterator[object]:
     await redis.aclose()
 
 
+@pytest.mark.slow
 async def test_a_redis_restart_without_persistence_never_lets_more_than_the_cap_run(
     node: RedisNode,
 ) -> None:

@@ -200,3 +200,41 @@ async def test_app_status_without_a_store_says_so():
 
     with pytest.raises(ConfigurationError, match=r"has no status store: App\(status=\.\.\.\)"):
         await App(queue="q").status("m1")
+
+
+def test_every_record_of_a_member_or_a_callback_carries_its_group():
+    tracing, writer = _recorder()
+    member = {"rabbitq-group": b"g1"}  # a long string that came off the wire as bytes
+    sent = tracing.publish(
+        dict(member), exchange="x", routing_key="t", type_name="t", message_id="m1",
+        correlation_id=None, body_size=3,
+    )  # fmt: skip
+    sent.end()
+    span = tracing.deliver(
+        member, queue="q", type_name="t", routing_key="t", message_id="m1",
+        correlation_id=None, attempt=1, body_size=3,
+    )  # fmt: skip
+    with span.activate():
+        pass
+    span.dead_lettered("permanent", "no")
+    span.end("dead_lettered")
+    tracing.replay({"rabbitq-group": "g1"}, queue="q", message_id="m1", correlation_id=None).end()
+    callback = tracing.deliver(
+        {"rabbitq-callback-of": "g1"}, queue="q", type_name="t", routing_key="t",
+        message_id="cb", correlation_id=None, attempt=1, body_size=3,
+    )  # fmt: skip
+    callback.end("success")
+    plain = tracing.deliver(
+        {"rabbitq-group": "x" * 256}, queue="q", type_name="t", routing_key="t",
+        message_id="p", correlation_id=None, attempt=1, body_size=3,
+    )  # fmt: skip
+    plain.end("success")
+    by_id = {
+        mid: {(r.state, r.group_id, r.callback_of) for r in writer.records if r.message_id == mid}
+        for mid in ("m1", "cb", "p")
+    }
+    assert by_id["m1"] == {
+        (s, "g1", None) for s in ("published", "received", "started", "dead_lettered", "replayed")
+    }
+    assert by_id["cb"] == {("received", None, "g1"), ("succeeded", None, "g1")}
+    assert by_id["p"] == {("received", None, None), ("succeeded", None, None)}  # too long

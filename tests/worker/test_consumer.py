@@ -54,7 +54,7 @@ class Channel:
         self.fail_consumes = fail_consumes
         self.tags = 0
 
-    async def basic_consume(self, queue, callback, arguments=None):
+    async def basic_consume(self, queue, callback, arguments=None, consumer_tag=None):
         if self.fail_consumes:
             self.fail_consumes -= 1
             self.calls.append("consume failed")
@@ -109,7 +109,7 @@ async def started(underlay: Channel | None = None):
     async def redeclare(reason: str) -> None:
         redeclared.append(reason)
 
-    async def on_delivery(message) -> None: ...
+    def on_delivery(message) -> None: ...
 
     consumer = Consumer("q", on_delivery, hooks, redeclare=redeclare)
     await consumer.open(Connection(Robust(underlay)), 10)  # type: ignore[arg-type]

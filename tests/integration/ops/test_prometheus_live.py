@@ -76,6 +76,10 @@ class Job(Message, type="test.prom.job"):
     )
 
 
+class Batched(Message, type="test.prom.batched"):
+    n: int = 0
+
+
 class Unbound(Message, type="test.prom.unbound"):
     """No queue is bound for it: publishing it is unroutable."""
 
@@ -301,6 +305,10 @@ async def test_every_dashboard_query_and_alert_returns_series_from_a_real_worker
         if job.plan == "permanent":
             raise PermanentError("declined")
         raise RuntimeError("provider unavailable")
+
+    # A batch handler, so that the batch sizes panel has series (only batch handlers do).
+    @app.batch_handler(Batched, max_size=4, max_wait=0.05)
+    async def handle_batch(items: list[Batched]) -> None: ...
 
     metrics = Metrics(CollectorRegistry())
     # The outbox relay's series, on the same registry (as a relay serves them).

@@ -10,9 +10,11 @@ never timed:
   retried, 100 dead-lettered then replayed, none requeued; the queues end empty);
 - each message's history in the store is its planned life with records missing only:
   never one too many, never out of order;
-- the records missing are exactly those the writer counted as lost
-  (``rabbitq_status_records_total{outcome="failed"|"dropped"}``), and the outage was
-  logged once when it began and once when it ended;
+- every record is counted written or lost
+  (``rabbitq_status_records_total{outcome="failed"|"dropped"}``); each missing record is
+  among those counted lost (a write the store applied while the kill cut off its answer
+  is counted lost yet present), and the outage was logged once when it began and once
+  when it ended;
 - the final states read back, and the messages whose history has a gap, are reported.
 """
 
@@ -126,6 +128,8 @@ async def test_the_status_of_1000_messages_survives_a_store_outage_counted(
         status = await app.status(ids[n])
         states = [e.state for e in status.history] if status is not None else []
         assert is_subsequence(states, plan(n)), (n, states)
+        written_once = {(e.state, e.at, e.attempt) for e in status.history} if status else set()
+        assert len(written_once) == len(states), (n, states)  # no record stored twice
         present_total += len(states)
         missing += len(plan(n)) - len(states)
         gaps += len(states) < len(plan(n))
@@ -137,8 +141,14 @@ async def test_the_status_of_1000_messages_survives_a_store_outage_counted(
         f"(failed {writer.counts['failed']}, dropped {writer.counts['dropped']}); "
         f"{gaps} messages with a gap; final states read back: {dict(finals)}"
     )
-    assert writer.counts["written"] == present_total
-    assert missing == lost > 0  # the gap is there, and every missing record is counted
+    # Every record is counted once: written, or lost (failed or dropped).
+    assert writer.counts["written"] + lost == expected_total
+    # Every missing record is counted lost. The converse holds but for a write that the
+    # store applied and whose answer the kill cut off: counted lost, yet in the store
+    # (seen once in CI: 2 records). So the store holds at least what was counted
+    # written, and the gap is there.
+    assert present_total >= writer.counts["written"]
+    assert 0 < missing <= lost
     assert 0 < gaps < N and finals["succeeded"] >= N - gaps
     lines = [r.getMessage() for r in caplog.records if r.name == "rabbitq.status"]
     assert len(lines) == 2, lines

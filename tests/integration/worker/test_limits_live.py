@@ -79,6 +79,7 @@ async def test_a_concurrency_cap_is_never_exceeded(make_app):
     assert recorder.count("retried") == recorder.count("dead_lettered") == 0
 
 
+@pytest.mark.slow
 async def test_other_types_keep_flowing_while_one_waits_for_its_rate(make_app, connection):
     # 4 handler slots; the limited type starts 2 a second, so its 20 messages need ~10 s.
     app = make_app(prefetch=4, limit_waiting=40)

@@ -1,0 +1,274 @@
+"""Ordered handlers (``@app.handler(M, ordered_by=...)``): one message of a key at a
+time, in delivery order, a failed one retried before the next (docs/ordering.md).
+
+The worker calls :meth:`Ordering.arrive` for each delivery *as it arrives* (in the
+broker's order, before anything awaits), which queues it behind the earlier deliveries
+of its key; :meth:`Ordering.process` (the worker's ``process``) waits for its turn,
+then runs it, and on a retry waits the retry's delay *in the worker, holding the key*,
+and runs it again as the next attempt. The turn passes on when the delivery is settled
+(its task is done: acked, or its dead letter confirmed), so the next message of the key
+never starts before the earlier one's outcome is safe.
+
+After the last attempt the message is dead-lettered; with ``on_dead="block"`` its key
+is then blocked: every later delivery of the key goes straight to the DLQ behind it
+(reason ``blocked``), never held in the worker, so a blocked key cannot fill the
+prefetch. A message of the key replayed from the DLQ (``rabbitq dlq replay``) unblocks
+it and runs. Which key a delivery has, and what to do with a blocked one, are pure
+(:func:`key_of`, :func:`blocked_outcome`). Blocked keys are also kept in the broker
+(:mod:`rabbitq.worker.blocked_keys`), read before the first ordered delivery of each
+consume channel goes, so that a restart or another process taking over keeps them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from .. import retry
+from ..amqp import headers as h
+from ..amqp.topology import blocked_queue_name
+from ..errors import DecodeError
+from ..handler import Handler
+from ..hooks import Hooks
+from ..message import decode
+from ..retry import DeadLetter, Retry
+from .blocked_keys import BlockedKeys, Connected
+from .consumer_timeout import DEFAULT_CONSUMER_TIMEOUT
+from .delivery import Incoming
+from .dispatch import Delivery, resolve_type
+from .dispatch import process as plain_process
+from .outcome import Outcome
+
+log = logging.getLogger("rabbitq.worker")
+
+BLOCKED = retry.BLOCKED
+"""The DLQ reason of a message whose key is blocked (``on_dead="block"``)."""
+
+
+def key_of(handler: Handler | None, body: bytes) -> str | None:
+    """The ordering key of a delivery for ``handler`` (pure): ``ordered_by`` of its
+    decoded body, as text; None when the handler is not ordered or the body does not
+    decode (it is dead-lettered as ``invalid`` without waiting for a turn)."""
+    if handler is None or handler.ordered_by is None:
+        return None
+    try:
+        return str(handler.ordered_by(decode(body, handler.model)))
+    except (DecodeError, Exception):  # a key function that raises: no order to keep
+        return None
+
+
+def hold_problems(handlers: Mapping[str, Handler], consumer_timeout: float | None) -> list[str]:
+    """One line per ordered handler whose retries, held in the worker, could outlast the
+    broker's ``consumer_timeout`` (pure): its delays plus each attempt's timeout."""
+    problems = []
+    for name, handler in sorted(handlers.items()):
+        if handler.ordered_by is None or not consumer_timeout:
+            continue
+        hold = sum(handler.retry.delays) + handler.retry.attempts * (handler.timeout or 0)
+        if hold > consumer_timeout * 0.9 or handler.timeout is None:
+            problems.append(
+                f"ordered handler for {name!r} may hold a message {hold:g}s or more (its "
+                f"retry delays and {handler.retry.attempts} attempts' timeouts, waited in "
+                f"the worker), near or past the broker's consumer_timeout "
+                f"({consumer_timeout:g}s): shorten its delays or timeout (docs/ordering.md)"
+            )
+    return problems
+
+
+def blocked_outcome(key: str, dead: str, type_name: str, attempt: int) -> Outcome:
+    """The dead letter of a delivery whose key is blocked behind ``dead`` (pure)."""
+    error = (
+        f"KeyBlocked: key {key!r} is blocked since message {dead} was dead-lettered "
+        f"(on_dead='block'); replay that message from the DLQ to unblock it"
+    )
+    return Outcome(DeadLetter(BLOCKED), type_name, attempt, error=h.truncate_utf8(error, 1024))
+
+
+class Turn:
+    """One delivery's place in its key's line."""
+
+    __slots__ = ("_before", "_mine", "delivery", "key")
+
+    def __init__(self, key: str, before: asyncio.Future[None] | None, delivery: object) -> None:
+        self.key = key
+        self.delivery = delivery
+        self._before = before
+        self._mine: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    async def wait(self) -> None:
+        """Until every earlier delivery of the key is settled."""
+        if self._before is not None and not self._before.done():
+            await asyncio.shield(self._before)
+
+    def done(self) -> None:
+        """This delivery is settled: the next of its key may go."""
+        if not self._mine.done():
+            self._mine.set_result(None)
+
+
+class Ordering:
+    """The lines of keys of one worker, and the keys blocked there."""
+
+    def __init__(
+        self,
+        queue: str,
+        handlers: Mapping[str, Handler],
+        hooks: Hooks,
+        connection: Connected | None = None,
+    ) -> None:
+        self.queue = queue
+        self.handlers = handlers
+        self.hooks = hooks
+        self._tails: dict[str, Turn] = {}  # key -> its last delivery's turn
+        self._turns: dict[Incoming, Turn] = {}  # arrived, not yet in process()
+        self.blocked: dict[str, str] = {}  # key -> the message id of its dead letter
+        self.running = 0  # ordered deliveries inside their handler now
+        self.frozen = False  # stopping: no delivery starts any more (worker.partitioned)
+        # on_dead="block" with a broker: the blocked keys are kept in <queue>.blocked too
+        blocking = any(handler.on_dead == "block" for handler in handlers.values())
+        self.registry = (
+            BlockedKeys(blocked_queue_name(queue), connection)
+            if blocking and connection is not None
+            else None
+        )
+
+    @classmethod
+    def wanted(
+        cls,
+        queue: str,
+        handlers: Mapping[str, Handler],
+        hooks: Hooks,
+        consumer_timeout: float | None = None,
+        connection: Connected | None = None,
+    ) -> Ordering | None:
+        """An :class:`Ordering` if some handler is ordered, else None (no cost at all);
+        a warning per handler whose held retries could outlast ``consumer_timeout``
+        (None: RabbitMQ's default; 0: the broker has none). ``connection``: the worker's,
+        where blocked keys are kept (:mod:`rabbitq.worker.blocked_keys`)."""
+        if not any(handler.ordered_by is not None for handler in handlers.values()):
+            return None
+        limit = DEFAULT_CONSUMER_TIMEOUT if consumer_timeout is None else consumer_timeout
+        for problem in hold_problems(handlers, limit):
+            log.warning("%s", problem)
+        return cls(queue, handlers, hooks, connection)
+
+    def arrive(self, delivery: Incoming) -> Turn | None:
+        """Queue ``delivery`` behind the earlier ones of its key (call it before any
+        await, in delivery order); None: it is not ordered."""
+        handler = self.handlers.get(resolve_type(delivery, self.queue))
+        key = key_of(handler, delivery.body)
+        if key is None:
+            return None
+        before = self._tails.get(key)
+        turn = Turn(key, before._mine if before is not None else None, delivery)
+        self._tails[key] = turn
+        self._turns[delivery] = turn
+        return turn
+
+    def settled(self, turn: Turn, _task: object = None) -> None:
+        """``turn``'s delivery is settled (its task is done)."""
+        turn.done()
+        self._turns.pop(turn.delivery, None)  # type: ignore[call-overload]  # never processed
+        if self._tails.get(turn.key) is turn:
+            del self._tails[turn.key]
+
+    async def process(
+        self,
+        handlers: Mapping[str, Handler],
+        queue: str,
+        delivery: Delivery,
+        executor: Any = None,
+        type_name: str | None = None,
+        *,
+        attempt: int | None = None,
+        send: Any = None,
+        outbox: Any = None,
+        batches: Any = None,
+        chords: Any = None,
+    ) -> Outcome:
+        """:func:`rabbitq.worker.dispatch.process`, in the key's order, retries held."""
+        turn = self._turns.pop(delivery, None)  # type: ignore[call-overload]
+        if self.frozen:
+            await asyncio.Event().wait()  # stopping: it never starts (returned at close)
+        if turn is None:
+            return await plain_process(
+                handlers, queue, delivery, executor, type_name,
+                attempt=attempt, send=send, outbox=outbox, batches=batches, chords=chords,
+            )  # fmt: skip
+        await turn.wait()
+        assert type_name is not None and attempt is not None
+        while self.frozen:
+            await asyncio.Event().wait()
+        if self.registry is not None and self.registry.stale(getattr(delivery, "channel", None)):
+            await self._read_registry(getattr(delivery, "channel", None))
+        dead = self.blocked.get(turn.key)
+        if dead is not None:
+            if not (delivery.headers or {}).get(h.REPLAYED):
+                return blocked_outcome(turn.key, dead, type_name, attempt)
+            await self._unblock(turn.key)
+        self.running += 1
+        try:
+            while True:
+                outcome = await plain_process(
+                    handlers, queue, delivery, executor, type_name,
+                    attempt=attempt, send=send, outbox=outbox, chords=chords,
+                )  # fmt: skip
+                decision = outcome.decision
+                if not isinstance(decision, Retry):
+                    break
+                # The retry waits here, holding its key: nothing later of it overtakes.
+                self.hooks.retried(queue, type_name, decision.label, outcome.duration)
+                log.info(
+                    "message %s failed (%s); attempt %d in %gs, holding key %r",
+                    delivery.message_id or "-", outcome.error, decision.next_attempt,
+                    decision.delay_ms / 1000, turn.key,
+                )  # fmt: skip
+                await asyncio.sleep(decision.delay_ms / 1000)
+                attempt = decision.next_attempt
+        finally:
+            self.running -= 1
+        handler = handlers[type_name]
+        if isinstance(outcome.decision, DeadLetter) and handler.on_dead == "block":
+            await self._block(turn.key, delivery.message_id or "-")
+        return outcome
+
+    async def _read_registry(self, channel: object) -> None:
+        """Take the blocked keys from the registry: what the process that was active
+        before (or this one, before a restart) blocked."""
+        assert self.registry is not None
+        if not self.registry.stale(channel):
+            return  # another delivery read it meanwhile
+        found = await self.registry.read(channel)
+        for key, dead in found.items():
+            if self.blocked.get(key) != dead:
+                log.error(
+                    "key %r is blocked: message %s was dead-lettered (on_dead='block', "
+                    "kept in %r); its later messages go to the DLQ behind it until it is "
+                    "replayed", key, dead, self.registry.name,
+                )  # fmt: skip
+        self.blocked = found
+        self.hooks.keys_blocked(self.queue, tuple(self.blocked))
+
+    async def _block(self, key: str, message_id: str) -> None:
+        if self.registry is not None:  # kept in the broker first, before the dead letter
+            await self.registry.add(key, message_id)
+        self.blocked[key] = message_id
+        log.error(
+            "key %r blocked: message %s was dead-lettered (on_dead='block'); its later "
+            "messages go to the DLQ behind it until it is replayed",
+            key, message_id,
+        )  # fmt: skip
+        self.hooks.keys_blocked(self.queue, tuple(self.blocked))
+
+    async def _unblock(self, key: str) -> None:
+        if self.registry is not None:
+            await self.registry.remove(key)
+        self.blocked.pop(key, None)
+        log.warning("key %r unblocked: a message of it was replayed from the DLQ", key)
+        self.hooks.keys_blocked(self.queue, tuple(self.blocked))
+
+    def freeze(self) -> None:
+        """Start nothing any more (a partition worker stopping: see worker.partitioned)."""
+        self.frozen = True

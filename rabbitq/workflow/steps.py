@@ -1,0 +1,211 @@
+"""The worker's side of workflows: what a delivery does for its chain or chord.
+
+:func:`flow_of` gives a delivery its :class:`Flow` (None for a plain message of an app
+without a status store: the fast path costs one header lookup). The worker
+(:mod:`rabbitq.worker.dispatch`) then:
+
+1. runs the handler through :meth:`Flow.around`: keeps its result (with a status store),
+   and makes a chain's next step a follow-up, so that it is sent, confirmed, before the
+   idempotency key is marked done and before the ack (or, in transactional mode with an
+   outbox, is a row of the handler's transaction);
+2. after the handler succeeded, or found its key done (a duplicate), calls
+   :meth:`Flow.succeeded`: a chord member is marked done, and the member that finds its
+   chord complete sends the callback once (:meth:`Flow.send_once`);
+3. when the delivery is dead-lettered, calls :meth:`Flow.dead_lettered`: a chord
+   member sends ``on_failure`` once.
+
+Why the callback is sent once and never lost (docs/workflows.md says it in full): the
+count is a set, so it grows only by members that succeeded; one delivery holds the claim
+at a time (its token: the member's index and a nonce), and it is settled only after the
+broker confirmed the callback and the store says ``sent``. A member that finds the claim
+held by *another member* acks: the holder's delivery is not settled until the callback
+is out, and if it dies, its redelivery (or retry, or replay: the same member) finds the
+claim held by its own member, waits for the lease, and sends. A delivery that finds it
+held by its own member (a duplicate) waits, and tries again later. Every copy of the
+callback has the same ``message_id``, so the rare second send (a worker killed between
+the confirm and the ``sent`` record) is a duplicate to the callback's idempotency store,
+not a second callback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any
+
+from ..amqp import headers as h
+from ..effects.followups import FollowUp, make_follow_up
+from ..effects.guard import Effects
+from ..errors import PermanentError, RetryLater
+from . import wire
+from .chords import ChordStore
+
+log = logging.getLogger("rabbitq.workflow")
+
+CLAIM_LEASE = 40.0
+"""Seconds a delivery's claim on a chord's callback holds (the callback's publish has 30)."""
+SAME_WAIT = 2.0
+"""How long a delivery waits for another delivery of the same member that holds the claim
+(a duplicate, most often finishing) before it tries again later."""
+SAME_RETRY = 5.0
+
+Send = Callable[[Sequence[FollowUp]], Awaitable[None]]
+
+
+class Flow:
+    """One delivery's part in a workflow (and its result, with a status store)."""
+
+    def __init__(
+        self,
+        *,
+        message_id: str,
+        group_id: str | None,
+        chain: list[wire.Step] | None,
+        member: wire.Member | None,
+        callback_of: str | None,
+        chords: ChordStore | None,
+        send: Send,
+    ) -> None:
+        self.message_id = message_id
+        self.group_id = group_id
+        self.chain = chain
+        self.member = member
+        self.callback_of = callback_of
+        self.chords = chords
+        self.send = send
+        self.token = wire.claim_token(member.index) if member is not None else ""
+
+    def around(self, call: Callable[[], Awaitable[Any]], effects: Effects) -> Callable[[], Any]:
+        """``call`` (the handler), then its result kept and a chain's next step queued."""
+
+        async def run() -> None:
+            if self.member is not None and self.chords is None:
+                raise PermanentError(
+                    f"message {self.message_id} is a member of chord {self.member.group_id}, "
+                    "and this app has no status store to count it in: App(status=...)"
+                )
+            result = await call()
+            if self.chords is not None:  # kept only with a status store (else ignored)
+                data = wire.encode_result(result)
+                if data is not None:
+                    await self.chords.put_result(self.message_id, data)
+            if self.chain:
+                effects.follow_ups.append(self.next_step(effects.correlation_id))
+
+        return run
+
+    def next_step(self, correlation_id: str | None) -> FollowUp:
+        """The chain's next step, as a follow-up of this one (its id derived from this
+        step's, so a step handled twice publishes the same next step)."""
+        assert self.chain
+        step, rest = self.chain[0], self.chain[1:]
+        headers: dict[str, Any] = {}
+        if self.group_id is not None:
+            headers[h.GROUP] = self.group_id
+        if rest:
+            headers[wire.CHAIN] = wire.encode_chain(rest)
+        return make_follow_up(
+            wire.message_of(step),
+            incoming_id=self.message_id,
+            incoming_correlation=correlation_id,
+            origin=self.message_id,
+            position=0,  # ctx.publish's follow-ups count from 1
+            headers=headers,
+        )
+
+    async def succeeded(self) -> None:
+        """The handler succeeded (or had, for a duplicate): count a chord member, and
+        send the callback if the chord is complete."""
+        member, chords = self.member, self.chords
+        if member is None or chords is None:
+            return
+        done = await chords.mark(member.group_id, member.index, self.message_id)
+        if done >= member.total:
+            await self.send_once(wire.THEN, member.then)
+
+    async def dead_lettered(self) -> None:
+        """The delivery goes to the DLQ: a chord member sends ``on_failure`` once. A
+        failure to send is logged; the member's replay (or a later member) sends it."""
+        member = self.member
+        if member is None or member.on_failure is None or self.chords is None:
+            return
+        try:
+            await self.send_once(wire.FAILURE, member.on_failure)
+        except Exception as exc:
+            log.warning(
+                "chord %s: on_failure not sent (%s); the next member dead-lettered sends it",
+                member.group_id,
+                exc,
+            )
+
+    async def send_once(self, kind: str, step: wire.Step) -> None:
+        """Send the chord's ``kind`` message unless it was sent or another member holds
+        the claim; return only once it is confirmed and recorded as sent. Held by another
+        delivery of this same member: wait for it a moment, then :class:`RetryLater`
+        (no attempt used): it finishes, or its lease runs out and this one sends."""
+        member, chords = self.member, self.chords
+        assert member is not None and chords is not None
+        gid = member.group_id
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + SAME_WAIT
+        while (found := await chords.claim(gid, kind, self.token, CLAIM_LEASE)) == wire.SAME:
+            if loop.time() >= deadline:
+                raise RetryLater(SAME_RETRY)
+            await asyncio.sleep(0.1)
+        if found != wire.NEW:  # sent, or held by another member, which will send it
+            return
+        callback = FollowUp(
+            message=wire.message_of(step),
+            message_id=wire.callback_id(gid, kind),
+            correlation_id=gid,
+            headers={h.CALLBACK_OF: gid},
+        )
+        try:
+            await self.send([callback])
+        except BaseException:
+            # Not confirmed: give the claim up, so that this member's retry (a new
+            # delivery, a new nonce) need not wait for the lease. Best effort.
+            try:
+                await asyncio.shield(chords.release(gid, kind, self.token))
+            except Exception as exc:
+                log.warning("chord %s: claim not released (%s); its lease ends it", gid, exc)
+            raise
+        await chords.sent(gid, kind)
+
+    async def results(self) -> list[Any]:
+        """In a chord's callback: the members' results by index (None for a member that
+        returned nothing)."""
+        if self.callback_of is None or self.chords is None:
+            raise PermanentError(
+                "ctx.chord_results() works in a chord's callback, on an app with a status store"
+            )
+        return [r for _, _, r in await self.chords.results(self.callback_of)]
+
+
+def flow_of(
+    headers: Mapping[str, Any],
+    message_id: Callable[[], str],
+    chords: ChordStore | None,
+    send: Send,
+) -> Flow | None:
+    """The delivery's :class:`Flow`, or None when it has nothing to do (pure);
+    ``message_id()`` is called only when there is one."""
+    group_id = h.text_header(headers, h.GROUP)
+    callback_of = h.text_header(headers, h.CALLBACK_OF)
+    if group_id is None and callback_of is None and chords is None and wire.CHAIN not in headers:
+        return None
+    try:
+        chain = wire.chain_of(headers)
+        member = wire.chord_of(headers, group_id)
+    except (ValueError, TypeError, KeyError, IndexError) as exc:
+        raise PermanentError(f"malformed workflow header: {exc!r}") from None
+    return Flow(
+        message_id=message_id(),
+        group_id=group_id,
+        chain=chain,
+        member=member,
+        callback_of=callback_of,
+        chords=chords,
+        send=send,
+    )
