@@ -58,9 +58,13 @@ class DelayResult:
     seconds: float
     twice: list[str]
     """Each message handled more than once: its handlings, relative to the faults."""
+    left: str = ""
+    """Where messages were left at the end: every queue's depth, the worker log's tail."""
 
     def percentile(self, p: float, of: list[float] | None = None) -> float:
         ordered = sorted(self.lateness if of is None else of)
+        if not ordered:
+            return float("nan")
         return ordered[min(len(ordered) - 1, int(p / 100 * len(ordered)))]
 
     def summary(self) -> str:
@@ -75,6 +79,7 @@ class DelayResult:
             f"{self.percentile(99, self.quiet) * 1000:.0f} ms; the {len(self.after)} due 10 s "
             f"after the restart: p50 {self.percentile(50, self.after) * 1000:.0f} ms, p99 "
             f"{self.percentile(99, self.after) * 1000:.0f} ms ({self.seconds:.0f} s)"
+            + (f"\n{self.left}" if self.lost else "")
         )
 
 
@@ -100,6 +105,7 @@ async def delays_under_faults(
     procs: list[subprocess.Popen[bytes]] = []
     published: set[str] = set()
     unconfirmed = 0
+    left = ""
     try:
         await declare_topology(connection, app)
         procs.append(worker(node.url, queue, ledger, workdir / "worker.log"))
@@ -138,10 +144,17 @@ async def delays_under_faults(
         for p in procs:
             p.send_signal(signal.SIGTERM)
             p.wait(timeout=60)
-        leftover = sum(
-            [await queue_depth(connection, level.name) for level in app.topology().ladder.levels]
-        )
-        assert leftover == 0, f"{leftover} message(s) still in the ladder"
+        topology = app.topology()
+        depths = {
+            name: await queue_depth(connection, name)
+            for name in [*(level.name for level in topology.ladder.levels),
+                         *(q.name for q in topology.queues)]
+        }  # fmt: skip
+        left = "queues at the end: " + ", ".join(f"{n} {d}" for n, d in depths.items() if d)
+        log = (workdir / "worker.log").read_text(errors="replace").splitlines()
+        left += "\nworker log (last 40 lines):\n" + "\n".join(log[-40:])
+        leftover = sum(depths[level.name] for level in topology.ladder.levels)
+        assert leftover == 0, f"{leftover} message(s) still in the ladder\n{left}"
     finally:
         for p in procs:
             if p.poll() is None:
@@ -174,6 +187,7 @@ async def delays_under_faults(
         quiet=quiet,
         after=after,
         seconds=time.monotonic() - began,
+        left=left,
         twice=[
             f"{mid}: "
             + ", ".join(
