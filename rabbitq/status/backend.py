@@ -46,7 +46,7 @@ class GroupReader(Protocol):
 def status_store(store: Any) -> StatusStore:
     """The status store for ``App(status=store)``: ``store`` itself if it is one, else
     the companion of a ``PostgresStore`` or ``RedisStore`` (same database, same
-    retention), else a ConfigurationError."""
+    retention; a ``RedisStore``'s timeout too), else a ConfigurationError."""
     if isinstance(store, StatusStore):
         return store
     kind = type(store).__name__
@@ -67,6 +67,7 @@ def status_store(store: Any) -> StatusStore:
             store.url,
             retention=store.retention,
             key_prefix=prefix.removesuffix("idem:") + "status:",  # rabbitq:status:
+            timeout=store.timeout,
         )
     raise ConfigurationError(
         f"status must be a PostgresStore, RedisStore, PostgresStatus or RedisStatus, "

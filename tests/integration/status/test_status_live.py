@@ -33,13 +33,13 @@ def test_an_idempotency_store_makes_its_status_companion():
     pg = status_store(PostgresStore(PG_URL, prefix="svc_", retention=60))
     assert isinstance(pg, PostgresStatus) and pg.sql.table == "svc_status"
     assert pg.retention == 60
-    rs = status_store(RedisStore(REDIS_URL, retention=60))
+    rs = status_store(RedisStore(REDIS_URL, retention=60, timeout=2.5))
     assert isinstance(rs, RedisStatus) and rs.key_prefix == "rabbitq:status:"
-    assert rs.retention_ms == 60_000
+    assert rs.retention_ms == 60_000 and rs.timeout == 2.5
 
 
 @pytest.mark.parametrize("kind", ["redis", "postgres"])
-async def test_each_message_has_its_life_recorded(kind, make_app, broker_url, redis_prefix):
+async def test_each_message_has_its_life_recorded(kind, make_app, broker_url, redis_prefix, caplog):
     prefix = f"t_{uuid.uuid4().hex[:8]}_" if kind == "postgres" else redis_prefix
     store = _store(kind, prefix)
     app = make_app(retry=RetryPolicy(delays=(0.2,)), idempotency=store, status=store)
@@ -108,7 +108,8 @@ async def test_each_message_has_its_life_recorded(kind, make_app, broker_url, re
         assert "duration" in flaky.history[-1].detail
         assert await app.status("no-such-id") is None
         assert app.status_writer is not None
-        assert app.status_writer.counts["failed"] == app.status_writer.counts["dropped"] == 0
+        lost = [r.getMessage() for r in caplog.records if r.name == "rabbitq.status"]
+        assert app.status_writer.counts["failed"] == app.status_writer.counts["dropped"] == 0, lost
     finally:
         assert app.status_writer is not None
         status = app.status_writer.store
