@@ -190,3 +190,26 @@ def test_view_helpers():
     ]
     assert x_death({}) == []
     assert split_list(" a, ,b ") == ["a", "b"] and split_list(None) == []
+
+
+def test_the_overview_lists_the_blocked_keys_registry_of_an_app_that_blocks_keys():
+    # docs/ordering.md, "Blocked keys": the console's overview shows <queue>.blocked, one
+    # message per blocked key, beside the app's retry queues and DLQ.
+    from rabbitq import App, Context, Message
+    from rabbitq.console.targets import from_app
+
+    class Entry(Message, type="console.ledger.entry"):
+        account: str
+
+    app = App(queue="ledger")
+
+    @app.handler(Entry, ordered_by=lambda m: m.account, on_dead="block")
+    async def apply(msg: Entry, ctx: Context) -> None: ...
+
+    plain = App(queue="mail")
+
+    @plain.handler(Entry, ordered_by=lambda m: m.account)
+    async def send(msg: Entry, ctx: Context) -> None: ...
+
+    assert ("ledger.blocked", "blocked") in from_app("svc:app", app).queues
+    assert all(kind != "blocked" for _, kind in from_app("svc:plain", plain).queues)
