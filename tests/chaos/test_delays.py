@@ -7,11 +7,12 @@ message must arrive (none lost), once from the ladder (a delivery the broker did
 flag as redelivered; a redelivery after the kill or restart is counted apart), and none
 before the time in its ``rabbitq-due`` header. Messages the broker still holds in a
 level once the wait runs out (its dead-letter timer after the restart:
-:func:`held_by_broker`) are waited for once more and counted apart. The lateness of each first handling is
-reported (p50, p99). Messages handled twice are counted and reported: at-least-once
-delivery allows a few across the restart (see the test). The suite runs 2,000
-messages over 60 s to stay within its time budget; docs/delays.md has the figures of
-a 10,000-message, 120 s run too (``python -m tests.chaos.test_delays 10000 120``).
+:func:`held_by_broker`) are waited for once more and counted apart. The lateness of
+each first handling is reported (p50, p99). Messages handled twice are counted and
+reported: at-least-once delivery allows a few across the restart (see the test). The
+suite runs 2,000 messages over 60 s to stay within its time budget; docs/delays.md has
+the figures of a 10,000-message, 120 s run too (``python -m tests.chaos.test_delays
+10000 120``).
 """
 
 from __future__ import annotations

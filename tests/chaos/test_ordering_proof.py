@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import signal
 
+import pytest
+
 from .ordering_proof import count, run
 
 
@@ -13,6 +15,9 @@ def test_the_count_tells_a_violation_from_a_duplicate():
     assert (len(handled), handlings, violations) == (5, 6, 1)
 
 
+# The run's own 120 s limit reports what was left; the test's limit must not cut it short.
+@pytest.mark.slow
+@pytest.mark.timeout(240)
 async def test_ordered_partitions_keep_each_key_in_order_through_two_kills(broker_url):
     figures = await run(keys=10, per_key=40, kills=2, url=broker_url, timeout=120)
 
@@ -23,6 +28,8 @@ async def test_ordered_partitions_keep_each_key_in_order_through_two_kills(broke
     assert figures.handled == 400 and figures.dead == 0, figures.lines()
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(240)
 async def test_a_worker_stopped_with_sigterm_gives_its_partitions_back_in_order(broker_url):
     figures = await run(
         keys=8, per_key=30, kills=1, url=broker_url, timeout=120, stop=signal.SIGTERM
