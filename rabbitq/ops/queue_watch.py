@@ -18,6 +18,10 @@ the worker declared its queues again:
   dead-letter process's timer, about 3 minutes later (measured on 3.10.8). Every AMQP
   depth says 0 meanwhile; ``rabbitq_dead_letters_held_by_broker{queue}`` and a warning
   say how many.
+  The quorum delay ladder's levels (shared by the vhost's apps) are watched too: after a
+  broker restart a level may hand its expired messages on before their next hop is
+  back, and then holds them, with every later message of the level, until that timer
+  runs out (docs/delays.md, "Restarts"): delayed messages up to 3 minutes late.
 
 Without the management API (not enabled, not reachable, ``$RABBITQ_MANAGEMENT_URL=off``)
 this is said once at INFO and the gauges stay absent: over AMQP rabbitq knows only that
@@ -56,6 +60,17 @@ HELD = (
     "(dead_letter_worker_publisher_confirm_timeout, 3 minutes by default; any policy change "
     "on the queue sends them at once). Counted by rabbitq_dead_letters_held_by_broker"
 )
+LADDER_HELD = (
+    "RabbitMQ holds %s delayed message(s) in the delay ladder's level %s, and every later "
+    "message of that level behind them: their next hop (a lower level or an app's queue) "
+    "did not confirm them, e.g. it was not back yet after a broker restart, or the app's "
+    "queue was deleted. Nothing is lost: they go on when the broker's dead-letter timer "
+    "runs out (dead_letter_worker_publisher_confirm_timeout, 3 minutes by default), up to "
+    "that late; any policy change on the level sends them at once. Counted by "
+    "rabbitq_dead_letters_held_by_broker"
+)
+LADDER_PAGE = 100
+"""Queues asked for in the one listing of the ladder's levels (25 per queue type)."""
 FIX = (
     "rabbitq cannot undo a policy: remove or narrow it, or give it a dead-letter target "
     "(dead-letter-exchange, dead-letter-routing-key) so that what expires is moved, not "
@@ -75,6 +90,14 @@ class QueueWatch:
         self.dlq = topology.dlq.name
         self.targets = {topology.main.name: topology.dlq.name}
         self.targets |= {spec.name: topology.main.name for spec in topology.retries}
+        ladder = topology.ladder
+        self.ladder = (
+            frozenset(level.name for level in ladder.levels)
+            if ladder.queue_type == "quorum"  # classic levels dead-letter at most once
+            else frozenset()
+        )
+        """The quorum ladder's levels: a level's held messages are reported once seen."""
+        self._ladder_prefix = min(self.ladder, default="").rsplit(".", 1)[0]
         self.management = management
         self.metrics = metrics
         self.redeclared = redeclared
@@ -111,6 +134,31 @@ class QueueWatch:
             await asyncio.sleep(1)
         return queue
 
+    async def _ladder_held(self) -> dict[str, int]:
+        """What each ladder level holds, in one listing, for the levels that hold some
+        now or held some at the last look (so that their gauge goes back to 0)."""
+        if not self.ladder:
+            return {}
+        assert self.management is not None
+        columns = "name,messages,messages_ready,messages_unacknowledged"
+        pattern = quote("^" + self._ladder_prefix.replace(".", "\\.") + "\\.", safe="")
+        path = (
+            f"queues/{quote(self.management.vhost, safe='')}?page=1&page_size={LADDER_PAGE}"
+            f"&use_regex=true&name={pattern}&columns={columns}"
+        )
+        listing = await asyncio.to_thread(self.management.get, path)
+        items = listing.get("items", []) if isinstance(listing, dict) else listing
+        now = {
+            q["name"]: held_by_broker(q)
+            for q in items
+            if isinstance(q, dict) and q.get("name") in self.ladder
+        }
+        return {
+            name: now.get(name, 0)
+            for name in self.ladder
+            if now.get(name, 0) or self.held.get(name, 0)
+        }
+
     async def check(self) -> tuple[list[DropRisk], dict[str, int]] | None:
         """One look: the DLQ's drop risks and the dead letters each other queue holds;
         None if the management API could not tell."""
@@ -120,6 +168,7 @@ class QueueWatch:
         try:
             dlq = await self._get(self.dlq)
             held = {name: held_by_broker(await self._get(name)) for name in self.targets}
+            held |= await self._ladder_held()
         except (OSError, ValueError, urllib.error.URLError) as exc:
             why = scrub(str(getattr(exc, "reason", None) or exc), self.management.password)
             self._unknown(f"the management API at {redact_url(self.management.base)} did not "
@@ -157,7 +206,9 @@ class QueueWatch:
                 log.warning("%s no longer drops messages: its policy changed", self.dlq)
         for name, count in held.items():
             before = self.held.get(name, 0)
-            if count and not before:
+            if count and not before and name in self.ladder:
+                log.warning(LADDER_HELD, count, name)
+            elif count and not before:
                 log.warning(HELD, count, name, self.targets[name])
             elif before and not count:
                 log.info("%s handed on the dead letters it held", name)

@@ -310,3 +310,62 @@ async def test_retries_held_by_the_broker_after_the_main_queue_is_deleted_are_co
     assert any("are held by RabbitMQ, not lost" in m for m in said)  # the worker's own line
     assert back_after < 10, back_after  # not 3 minutes
     assert watch.held[retry] == 0
+
+
+async def test_delayed_messages_held_in_a_ladder_level_are_counted_and_named(node, caplog):
+    # docs/delays.md, "Restarts": a quorum ladder level holds what its next hop did not
+    # confirm (the app's queue deleted here; not back yet after a broker restart in the
+    # chaos test) until the broker's dead-letter timer runs out, 3 minutes, and every
+    # AMQP depth says 0. The queue watch counts it per level and names it once; a policy
+    # change on the level, once the queue is back, sends them on at once.
+    import logging
+
+    from prometheus_client import CollectorRegistry
+
+    from rabbitq import Context, Metrics, Worker
+    from rabbitq.ops import queue_watch
+    from tests.helpers import Recorder, running, wait_for
+
+    caplog.set_level(logging.INFO)
+    queue = f"delayed.{uuid.uuid4().hex[:8]}"
+    app = App(queue=queue, url=node.url)
+
+    @app.handler(Once, timeout=5)
+    async def once(msg: Once, ctx: Context) -> None: ...
+
+    messages, metrics, rec = 10, Metrics(CollectorRegistry()), Recorder()
+    api = Management.for_broker(node.url, node.management_url)
+    watch = queue_watch.QueueWatch(app.topology(), api, metrics)
+    connection = await connect(node.url, name="ladder held test")
+    channel = await connection.channel()
+    await declare(channel, app.topology())
+    async with app.publisher() as pub:
+        for n in range(messages):
+            await pub.publish(Once(n=n), delay=0.5)  # level 2 only, then the app's queue
+    await channel.queue_delete(queue)
+    for _ in range(60):  # statistics arrive every 0.5 s on this node
+        await asyncio.sleep(0.5)
+        await watch.round()
+        if sum(n for name, n in watch.held.items() if name in watch.ladder) == messages:
+            break
+    held = {name: n for name, n in watch.held.items() if name in watch.ladder and n}
+    gauges = {
+        name: metrics.registry.get_sample_value(
+            "rabbitq_dead_letters_held_by_broker", {"queue": name}
+        )
+        for name in held
+    }
+    async with running(Worker(app, hooks=[rec])):  # the queue back, then the remedy
+        for name in held:
+            touch = ("set_policy", "--apply-to", "queues", f"touch-{queue}", f"^{name}$")
+            await asyncio.to_thread(node.ctl, *touch, '{"max-length": 1000000}')
+            await asyncio.to_thread(node.ctl, "clear_policy", f"touch-{queue}")
+        await wait_for(lambda: rec.count("succeeded") == messages, timeout=30)
+    await channel.queue_delete(queue)
+    await connection.close()
+    assert list(held.values()) == [messages], held  # all in one level: 500 ms is level 2
+    assert gauges == {name: messages for name in held}
+    said = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    level = next(iter(held))
+    ours = f"RabbitMQ holds {messages} delayed message(s) in the delay ladder's level {level}"
+    assert sum(m.startswith(ours) for m in said) == 1, said
