@@ -3,8 +3,10 @@
 1. Consume N pre-published messages with a no-op async handler at prefetch 256 (as the
    ``consume`` scenario), with no idempotency store, a RedisStore, a PostgresStore, and a
    PostgresStore in transactional mode (the handler opens ``ctx.transaction()`` and
-   inserts one row). Each message is a distinct key, so every one is claimed and marked
-   done: the full cost, not the duplicate path.
+   inserts one row), and with no store but a handler that runs that same transaction
+   itself (``own transaction``: what the transaction costs without once-only). Each
+   message is a distinct key, so every one is claimed and marked done: the full cost,
+   not the duplicate path.
 2. The outbox relay's throughput against ``publish_many``: N rows already in the outbox
    published and marked sent, against N messages published with pipelined confirms.
 
@@ -25,6 +27,7 @@ from typing import Any
 
 import psycopg
 import redis.asyncio as aioredis
+from psycopg_pool import AsyncConnectionPool
 
 from rabbitq import App, Context, Worker
 from rabbitq.effects import Outbox, PostgresStore, RedisStore
@@ -49,7 +52,11 @@ PREFETCH = 256
 # PostgreSQL connections per store: far fewer than the handlers in flight (max_connections
 # is 100 by default, shared); a claim or a transaction waits for a free one.
 POOL = 16
-MODES = ("no store", "redis", "postgres", "postgres transactional")
+MODES = ("no store", "redis", "postgres", "postgres transactional", "own transaction")
+"""``own transaction``: no store; the handler runs the transactional mode's transaction
+itself (a pooled connection, ``BEGIN``, the ``INSERT``, ``COMMIT``): the same database
+work without once-only, so the transactional mode's cost of once-only is the ratio of
+the two."""
 
 
 async def consume(url: str, n: int, mode: str) -> tuple[float, float]:
@@ -64,8 +71,20 @@ async def consume(url: str, n: int, mode: str) -> tuple[float, float]:
     app: App = bench_app(unique_queue("effects"), prefetch=PREFETCH)
     app.idempotency = store
     table = prefix + "effects"
+    pool: AsyncConnectionPool[Any] | None = None
 
-    if mode == "postgres transactional":
+    if mode == "own transaction":
+        pool = AsyncConnectionPool(
+            PG, min_size=POOL, max_size=POOL, open=False, kwargs={"autocommit": True}
+        )
+
+        @app.handler(BenchJob)
+        async def handle_own(msg: BenchJob) -> None:
+            assert pool is not None
+            async with pool.connection() as conn, conn.transaction():
+                await conn.execute(f"INSERT INTO {table} VALUES (%s)", (msg.n,))
+
+    elif mode == "postgres transactional":
 
         @app.handler(BenchJob)
         async def handle_tx(msg: BenchJob, ctx: Context) -> None:
@@ -80,7 +99,9 @@ async def consume(url: str, n: int, mode: str) -> tuple[float, float]:
     try:
         if store is not None:
             await store.open()
-        if mode == "postgres transactional":
+        if pool is not None:
+            await pool.open(wait=True)
+        if mode in ("postgres transactional", "own transaction"):
             async with await psycopg.AsyncConnection.connect(PG, autocommit=True) as pg:
                 await pg.execute(f"CREATE TABLE {table} (n int)")
         async with topology(url, app) as conn:
@@ -96,6 +117,8 @@ async def consume(url: str, n: int, mode: str) -> tuple[float, float]:
         assert hooks.first is not None and hooks.last is not None
         return n / (hooks.last - hooks.first), (hooks.cpu[1] - hooks.cpu[0]) / n * 1e6
     finally:
+        if pool is not None:
+            await pool.close()
         await _cleanup(store, prefix)
 
 
@@ -175,6 +198,10 @@ async def main_async(url: str, n: int, rounds: int) -> None:
             f"| consume, {mode} | {spread(results[mode])} | {ratio:.2f}x no store"
             f" | {statistics.median(cpu[mode]):.0f} |"
         )
+    once = statistics.median(results["postgres transactional"])
+    own = statistics.median(results["own transaction"])
+    print(f"| transactional once-only against the same transaction without it | | "
+          f"{once / own:.2f}x own transaction | |")  # fmt: skip
     print(f"| publish_many | {spread(results['publish_many'])} | 1.00x | |")
     ratio = statistics.median(results["outbox relay"]) / pm
     print(f"| outbox relay | {spread(results['outbox relay'])} | {ratio:.2f}x publish_many | |")
