@@ -107,6 +107,7 @@ class QueueWatch:
         self.held: dict[str, int] = {}
         """Dead letters each of the main and retry queues holds (last round)."""
         self._said_unknown = False
+        self._said_ladder = False
 
     @classmethod
     def for_worker(cls, worker: Worker, metrics: Metrics | None) -> QueueWatch:
@@ -146,7 +147,14 @@ class QueueWatch:
             f"queues/{quote(self.management.vhost, safe='')}?page=1&page_size={LADDER_PAGE}"
             f"&use_regex=true&name={pattern}&columns={columns}"
         )
-        listing = await asyncio.to_thread(self.management.get, path)
+        try:
+            listing = await asyncio.to_thread(self.management.get, path)
+        except (OSError, ValueError, urllib.error.URLError) as exc:  # the app's own go on
+            if not self._said_ladder:
+                why = scrub(str(getattr(exc, "reason", None) or exc), self.management.password)
+                log.info("the delay ladder's levels were not checked for held messages: %s", why)
+                self._said_ladder = True
+            return {}
         items = listing.get("items", []) if isinstance(listing, dict) else listing
         now = {
             q["name"]: held_by_broker(q)

@@ -21,6 +21,7 @@ APP = App(queue="watched", retry=RetryPolicy(delays=(1,)))
 APP.handler(Ping)(lambda m: None)
 TOPOLOGY = APP.topology()
 DLQ, RETRY = TOPOLOGY.dlq.name, TOPOLOGY.retries[0].name
+LEVEL = TOPOLOGY.ladder.levels[2].name
 
 
 class StandIn:
@@ -31,11 +32,18 @@ class StandIn:
     def __init__(self) -> None:
         self.policy: dict[str, Any] = {}
         self.held = 0
+        self.ladder_held = 0
         self.down = False
+        self.listings: list[str] = []
 
     def get(self, path: str) -> dict[str, Any]:
         if self.down:
             raise urllib.error.URLError("connection refused")
+        if "?" in path:  # one page listing the ladder's levels
+            self.listings.append(path)
+            level = {"name": LEVEL, "messages": self.ladder_held, "messages_ready": 0,
+                     "messages_unacknowledged": 0}  # fmt: skip
+            return {"items": [{"name": "other", "messages": 5}, level]}
         name = path.rsplit("/", 1)[1].replace("%2F", "/")
         held = self.held if name == RETRY else 0
         policy = self.policy if name == DLQ else {}
@@ -111,3 +119,54 @@ async def test_a_redeclare_brings_the_next_look_forward():
     task.cancel()
     await asyncio.gather(task, return_exceptions=True)
     assert len(rounds) == 2
+
+
+async def test_a_ladder_level_that_holds_delayed_messages_is_reported_once_seen(caplog):
+    caplog.set_level(logging.INFO, logger="rabbitq.worker")
+    api, metrics = StandIn(), Metrics(CollectorRegistry())
+    watch = QueueWatch(TOPOLOGY, api, metrics)  # type: ignore[arg-type]
+    value = metrics.registry.get_sample_value
+    await watch.round()
+    assert value("rabbitq_dead_letters_held_by_broker", {"queue": LEVEL}) is None  # no series yet
+    assert len(api.listings) == 1 and "use_regex=true" in api.listings[0]  # one request a round
+    api.ladder_held = 12
+    await watch.round()
+    await watch.round()
+    assert value("rabbitq_dead_letters_held_by_broker", {"queue": LEVEL}) == 12
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warnings == [
+        f"RabbitMQ holds 12 delayed message(s) in the delay ladder's level {LEVEL}"
+        + warnings[0].split(LEVEL, 1)[1]
+    ]
+    assert "dead_letter_worker_publisher_confirm_timeout" in warnings[0]
+    api.ladder_held = 0
+    await watch.round()
+    assert value("rabbitq_dead_letters_held_by_broker", {"queue": LEVEL}) == 0
+    assert f"{LEVEL} handed on the dead letters it held" in [r.getMessage() for r in caplog.records]
+
+
+def test_a_classic_ladder_is_not_watched():
+    app = App(queue="classic.watched", queue_type="classic")
+    app.handler(Ping)(lambda m: None)
+    assert QueueWatch(app.topology(), None).ladder == frozenset()
+
+
+async def test_a_ladder_listing_the_api_refuses_leaves_the_app_s_own_checks_going(caplog):
+    caplog.set_level(logging.INFO, logger="rabbitq.worker")
+
+    class NoListing(StandIn):
+        def get(self, path: str) -> dict[str, Any]:
+            if "?" in path:
+                raise urllib.error.HTTPError(path, 400, "Bad Request", None, None)  # type: ignore[arg-type]
+            return super().get(path)
+
+    api, metrics = NoListing(), Metrics(CollectorRegistry())
+    api.held = 3
+    watch = QueueWatch(TOPOLOGY, api, metrics)  # type: ignore[arg-type]
+    await watch.round()
+    await watch.round()
+    assert metrics.registry.get_sample_value(
+        "rabbitq_dead_letters_held_by_broker", {"queue": RETRY}
+    ) == 3
+    said = [r.getMessage() for r in caplog.records if "ladder" in r.getMessage()]
+    assert len(said) == 1 and "Bad Request" in said[0]
