@@ -258,7 +258,7 @@ async def delays_under_faults(
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(420)  # 150 s, and the broker's 180 s dead-letter timer when it held any
+@pytest.mark.timeout(480)  # 150 s, and the broker's 180 s dead-letter timer when it held any
 async def test_delayed_messages_arrive_once_and_never_early_through_a_worker_kill_and_a_broker_restart(  # noqa: E501
     chaos_node, tmp_path
 ):
