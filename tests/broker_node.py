@@ -42,6 +42,8 @@ class BrokerNode:
     port: int = field(default_factory=free_port)
     config: str = ""
     """Extra ``rabbitmq.conf`` lines (e.g. a TLS listener)."""
+    advanced: str = ""
+    """An ``advanced.config`` (Erlang terms), for settings ``rabbitmq.conf`` lacks."""
     plugins: tuple[str, ...] = ()
     """Plugins to enable, e.g. ``("rabbitmq_management",)`` (then on ``management_port``)."""
     management_port: int = field(default_factory=free_port)
@@ -71,6 +73,11 @@ class BrokerNode:
             "RABBITMQ_CONFIG_FILE": str(self.base / "rabbitmq"),
             "RABBITMQ_ENABLED_PLUGINS_FILE": str(self.base / "enabled_plugins"),
             "RABBITMQ_PID_FILE": str(self.base / "pid"),
+            **(
+                {"RABBITMQ_ADVANCED_CONFIG_FILE": str(self.base / "advanced.config")}
+                if self.advanced
+                else {}
+            ),
         }
 
     def start(self, timeout: float = 90) -> None:
@@ -84,6 +91,8 @@ class BrokerNode:
             )
         (self.base / "rabbitmq.conf").write_text(listener + self.config)
         (self.base / "enabled_plugins").write_text(f"[{','.join(self.plugins)}].\n")
+        if self.advanced:
+            (self.base / "advanced.config").write_text(self.advanced)
         _hand_to_rabbitmq_user(self.base)
         subprocess.run(
             ["rabbitmq-server", "-detached"], env=self._environment(), check=True, timeout=60
@@ -161,10 +170,10 @@ class BrokerNode:
     @classmethod
     @contextmanager
     def started(
-        cls, name: str, config: str = "", plugins: tuple[str, ...] = ()
+        cls, name: str, config: str = "", plugins: tuple[str, ...] = (), advanced: str = ""
     ) -> Iterator[BrokerNode]:
         """A started node, stopped and removed on exit."""
-        node = cls(name=name, config=config, plugins=plugins)
+        node = cls(name=name, config=config, plugins=plugins, advanced=advanced)
         try:
             node.start_new()
             yield node

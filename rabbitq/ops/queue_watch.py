@@ -18,10 +18,10 @@ the worker declared its queues again:
   dead-letter process's timer, about 3 minutes later (measured on 3.10.8). Every AMQP
   depth says 0 meanwhile; ``rabbitq_dead_letters_held_by_broker{queue}`` and a warning
   say how many.
-  The quorum delay ladder's levels (shared by the vhost's apps) are watched too: after a
-  broker restart a level may hand its expired messages on before their next hop is
-  back, and then holds them, with every later message of the level, until that timer
-  runs out (docs/delays.md, "Restarts"): delayed messages up to 3 minutes late.
+  The quorum delay ladder's levels (shared by the vhost's apps) are watched too: a
+  level that sent its expired messages on while their next hop was down (a broker
+  restart) or missing holds them until that timer runs out, about 25 per cycle
+  (docs/delays.md, "Restarts"): delayed messages late by one or more cycles.
 
 Without the management API (not enabled, not reachable, ``$RABBITQ_MANAGEMENT_URL=off``)
 this is said once at INFO and the gauges stay absent: over AMQP rabbitq knows only that
@@ -61,13 +61,13 @@ HELD = (
     "on the queue sends them at once). Counted by rabbitq_dead_letters_held_by_broker"
 )
 LADDER_HELD = (
-    "RabbitMQ holds %s delayed message(s) in the delay ladder's level %s, and every later "
-    "message of that level behind them: their next hop (a lower level or an app's queue) "
-    "did not confirm them, e.g. it was not back yet after a broker restart, or the app's "
-    "queue was deleted. Nothing is lost: they go on when the broker's dead-letter timer "
-    "runs out (dead_letter_worker_publisher_confirm_timeout, 3 minutes by default), up to "
-    "that late; any policy change on the level sends them at once. Counted by "
-    "rabbitq_dead_letters_held_by_broker"
+    "RabbitMQ holds %s delayed message(s) in the delay ladder's level %s: their next hop "
+    "(a lower level or an app's queue) did not confirm them. Nothing is lost. If that "
+    "queue is missing (deleted), declare it again (a worker, rabbitq topology) and any "
+    "policy change on the level sends them at once; if it was down (a broker restart), "
+    "RabbitMQ sends them again, about 25 per cycle, each time its dead-letter timer runs "
+    "out (dead_letter_worker_publisher_confirm_timeout, 3 minutes by default: lower it, "
+    "docs/delays.md). Counted by rabbitq_dead_letters_held_by_broker"
 )
 LADDER_PAGE = 100
 """Queues asked for in the one listing of the ladder's levels (25 per queue type)."""
