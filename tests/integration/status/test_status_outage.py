@@ -13,8 +13,8 @@ never timed:
 - every record is counted written or lost
   (``rabbitq_status_records_total{outcome="failed"|"dropped"}``); each missing record is
   among those counted lost (a write the store applied while the kill cut off its answer
-  is counted lost yet present), and the outage was logged once when it began and once
-  when it ended;
+  is counted lost yet present), and each outage was logged once when it began and once
+  when it ended, with a count: the counts add up to the records counted lost;
 - the final states read back, and the messages whose history has a gap, are reported.
 """
 
@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from collections import Counter
 from collections.abc import Iterator
 
@@ -150,6 +151,14 @@ async def test_the_status_of_1000_messages_survives_a_store_outage_counted(
     assert present_total >= writer.counts["written"]
     assert 0 < missing <= lost
     assert 0 < gaps < N and finals["succeeded"] >= N - gaps
+    # Each outage is logged when it begins and when it ends, with what it lost: the cut,
+    # and any write that failed on its own (an answer later than the store's 1 s timeout
+    # on a loaded machine; seen once in CI: a second outage of 2 records). Together they
+    # name every record counted lost.
     lines = [r.getMessage() for r in caplog.records if r.name == "rabbitq.status"]
-    assert len(lines) == 2, lines
-    assert "being lost" in lines[0] and f"{lost} status record(s) were lost" in lines[1]
+    said = "\n".join(lines)
+    assert lines and len(lines) % 2 == 0, said
+    assert all("being lost" in begun for begun in lines[0::2]), said
+    ended = [re.search(r"is back: (\d+) status record\(s\) were lost", end) for end in lines[1::2]]
+    assert all(ended), said
+    assert sum(int(m[1]) for m in ended if m) == lost, said
