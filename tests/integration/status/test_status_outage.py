@@ -152,9 +152,10 @@ async def test_the_status_of_1000_messages_survives_a_store_outage_counted(
     assert 0 < missing <= lost
     assert 0 < gaps < N and finals["succeeded"] >= N - gaps
     # Each outage is logged when it begins and when it ends, with what it lost: the cut,
-    # and any write that failed on its own (an answer later than the store's 1 s timeout
-    # on a loaded machine; seen once in CI: a second outage of 2 records). Together they
-    # name every record counted lost.
+    # and any write that failed on its own (such as an answer later than the store's 1 s
+    # timeout on a loaded machine). CI once saw a second outage of 2 records, its cause
+    # cut from the message; the message is whole now. Together the counts name every
+    # record counted lost.
     lines = [r.getMessage() for r in caplog.records if r.name == "rabbitq.status"]
     said = "\n".join(lines)
     assert lines and len(lines) % 2 == 0, said
