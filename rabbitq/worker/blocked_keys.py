@@ -71,11 +71,15 @@ class BlockedKeys:
         """Has the registry not been read for deliveries of ``channel`` yet?"""
         return channel is None or channel is not self._read_on
 
-    async def read(self, channel: object) -> dict[str, str]:
+    async def read(self, channel: object) -> dict[str, str] | None:
         """Every blocked key and its dead message's id, read for deliveries of
         ``channel`` (tried again every :data:`RETRY_READ` seconds until the broker
-        answers: the deliveries wait, unacked, rather than run unblocked)."""
+        answers: the deliveries wait, unacked, rather than run unblocked); None if
+        another delivery read it for ``channel`` while this one waited for the lock
+        (a second, later scan would only race the keys blocked since)."""
         async with self._lock:
+            if not self.stale(channel):
+                return None
             warned = False
             while True:
                 try:

@@ -240,15 +240,24 @@ class Ordering:
         assert self.registry is not None
         if not self.registry.stale(channel):
             return  # another delivery read it meanwhile
+        before = dict(self.blocked)
         found = await self.registry.read(channel)
-        for key, dead in found.items():
-            if self.blocked.get(key) != dead:
+        if found is None:
+            return  # another delivery read it while this one waited
+        # What this process blocked or unblocked while the scan ran is newer than the
+        # scan: a scan begun before a block must not unblock its key.
+        now = self.blocked
+        unblocked = before.keys() - now.keys()
+        merged = {key: dead for key, dead in found.items() if key not in unblocked}
+        merged.update((key, dead) for key, dead in now.items() if before.get(key) != dead)
+        for key, dead in merged.items():
+            if before.get(key) != dead and now.get(key) != dead:
                 log.error(
                     "key %r is blocked: message %s was dead-lettered (on_dead='block', "
                     "kept in %r); its later messages go to the DLQ behind it until it is "
                     "replayed", key, dead, self.registry.name,
                 )  # fmt: skip
-        self.blocked = found
+        self.blocked = merged
         self.hooks.keys_blocked(self.queue, tuple(self.blocked))
 
     async def _block(self, key: str, message_id: str) -> None:

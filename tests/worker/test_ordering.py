@@ -260,3 +260,65 @@ async def test_blocked_keys_are_read_from_the_registry_once_per_consume_channel(
     assert registry.reads == [channel, later]
     assert seen == [("a", 0), ("a", 2)] and registry.keys == {"b": "b-1"}
     assert ordering.blocked == {"b": "b-1"}
+
+
+class SlowRegistry(FakeRegistry):
+    """Reads one at a time and slowly, each seeing the keys there when its scan began
+    (as the broker's registry: ``basic.get`` until empty, under a lock)."""
+
+    def __init__(self, keys: dict[str, str]) -> None:
+        super().__init__(keys)
+        self.lock = asyncio.Lock()
+
+    async def read(self, channel: object) -> dict[str, str] | None:
+        async with self.lock:
+            if channel is not None and channel is self._read_on:
+                return None  # read for this channel meanwhile
+            snapshot = dict(self.keys)
+            await asyncio.sleep(0.05)
+            self.reads.append(channel)
+            self._read_on = channel
+            return snapshot
+
+
+async def test_a_key_blocked_while_another_delivery_reads_the_registry_stays_blocked():
+    # Seen under CI load: b1 waited for the registry read that a1 started, read it again,
+    # and its older view replaced the block that a2 had set meanwhile; a3 and a4 ran.
+    seen: list[tuple[str, int]] = []
+
+    async def handle(m: Op) -> None:
+        if (m.account, m.seq) == ("a", 2):
+            raise PermanentError("declined")
+        seen.append((m.account, m.seq))
+
+    app = app_with(handle, on_dead="block")
+    ordering = Ordering("q", app.handlers, Blocked())
+    registry = ordering.registry = SlowRegistry({})  # type: ignore[assignment]
+    channel = object()
+
+    def on(m: Op) -> Fake:
+        delivery = Fake(m)
+        delivery.channel = channel  # type: ignore[attr-defined]
+        return delivery
+
+    await run_all(ordering, app, [on(Op(account=k, seq=s)) for s in (1, 2, 3, 4) for k in "ab"])
+    assert [s for k, s in seen if k == "a"] == [1], seen
+    assert [s for k, s in seen if k == "b"] == [1, 2, 3, 4]
+    assert ordering.blocked == {"a": registry.keys["a"]}
+    assert registry.reads == [channel]
+
+
+async def test_a_registry_read_keeps_what_was_blocked_or_unblocked_while_it_ran():
+    # A new consume channel's read (a reconnect) may run while deliveries of the old one
+    # block or unblock keys: the scan began before, so it must not undo them.
+    app = app_with(lambda m: None, on_dead="block")
+    ordering = Ordering("q", app.handlers, Blocked())
+    registry = ordering.registry = SlowRegistry({"c": "c-1", "d": "d-1"})  # type: ignore[assignment]
+    ordering.blocked = {"c": "c-1"}
+    reading = asyncio.create_task(ordering._read_registry(object()))
+    await asyncio.sleep(0.01)  # the scan has begun: it sees c and d
+    await ordering._block("a", "a-2")
+    await ordering._unblock("c")
+    await reading
+    assert ordering.blocked == {"a": "a-2", "d": "d-1"}
+    assert registry.keys == {"d": "d-1", "a": "a-2"}
