@@ -66,6 +66,12 @@ def level_name(queue_type: QueueType, level: int) -> str:
     return f"{PREFIX}.{queue_type}.{level:02d}"
 
 
+def levels_pattern(queue_type: QueueType) -> str:
+    """A regular expression matching the names of ``queue_type``'s levels (for the
+    management API's ``name`` filter)."""
+    return rf"^{re.escape(PREFIX)}\.{queue_type}\.\d\d$"
+
+
 def level_ttl_ms(level: int) -> int:
     """How long a message waits in the queue of ``level``."""
     return UNIT_MS << level

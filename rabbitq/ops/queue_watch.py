@@ -40,6 +40,7 @@ from urllib.parse import quote
 
 from ..amqp.droprisk import DropRisk, drop_risks, summary
 from ..amqp.topology import Topology
+from ..ladder.plan import levels_pattern
 from ..settings import Settings, redact_url, scrub
 from ..worker.lifecycle import Worker
 from .doctor_probe import Management
@@ -97,7 +98,7 @@ class QueueWatch:
             else frozenset()
         )
         """The quorum ladder's levels: a level's held messages are reported once seen."""
-        self._ladder_prefix = min(self.ladder, default="").rsplit(".", 1)[0]
+        self._ladder_pattern = levels_pattern(ladder.queue_type)
         self.management = management
         self.metrics = metrics
         self.redeclared = redeclared
@@ -142,10 +143,9 @@ class QueueWatch:
             return {}
         assert self.management is not None
         columns = "name,messages,messages_ready,messages_unacknowledged"
-        pattern = quote("^" + self._ladder_prefix.replace(".", "\\.") + "\\.", safe="")
         path = (
             f"queues/{quote(self.management.vhost, safe='')}?page=1&page_size={LADDER_PAGE}"
-            f"&use_regex=true&name={pattern}&columns={columns}"
+            f"&use_regex=true&name={quote(self._ladder_pattern, safe='')}&columns={columns}"
         )
         try:
             listing = await asyncio.to_thread(self.management.get, path)
@@ -214,10 +214,11 @@ class QueueWatch:
                 log.warning("%s no longer drops messages: its policy changed", self.dlq)
         for name, count in held.items():
             before = self.held.get(name, 0)
-            if count and not before and name in self.ladder:
-                log.warning(LADDER_HELD, count, name)
-            elif count and not before:
-                log.warning(HELD, count, name, self.targets[name])
+            if count and not before:
+                if name in self.ladder:
+                    log.warning(LADDER_HELD, count, name)
+                else:
+                    log.warning(HELD, count, name, self.targets[name])
             elif before and not count:
                 log.info("%s handed on the dead letters it held", name)
         self.risks, self.held = risks, held

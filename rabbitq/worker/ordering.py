@@ -238,12 +238,10 @@ class Ordering:
         """Take the blocked keys from the registry: what the process that was active
         before (or this one, before a restart) blocked."""
         assert self.registry is not None
-        if not self.registry.stale(channel):
-            return  # another delivery read it meanwhile
         before = dict(self.blocked)
         found = await self.registry.read(channel)
         if found is None:
-            return  # another delivery read it while this one waited
+            return  # another delivery read it for this channel meanwhile
         # What this process blocked or unblocked while the scan ran is newer than the
         # scan: a scan begun before a block must not unblock its key.
         now = self.blocked
