@@ -38,6 +38,7 @@ import pytest
 
 from rabbitq import App, PublishError
 from rabbitq.ladder import plan as ladder
+from rabbitq.ops import queue_watch
 
 from ..broker_node import BrokerNode
 from ..helpers import declare_topology, delete_app_objects, queue_depth
@@ -146,11 +147,7 @@ def held_by_broker(node: BrokerNode, app: App) -> int:
         node.ctl("list_queues", "name", "messages", "messages_ready",
                  "messages_unacknowledged", "--formatter", "json")
     )  # fmt: skip
-    return sum(
-        r["messages"] - r["messages_ready"] - r["messages_unacknowledged"]
-        for r in rows
-        if r["name"] in levels
-    )
+    return sum(queue_watch.held_by_broker(row) for row in rows if row["name"] in levels)
 
 
 def dlx_timer(node: BrokerNode) -> float:

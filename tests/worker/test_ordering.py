@@ -203,6 +203,24 @@ async def test_a_delivery_settled_without_running_leaves_nothing_behind():
     assert not ordering._turns and not ordering._tails
 
 
+def failing_at(account: str, seq: int, seen: list[tuple[str, int]]) -> Any:
+    """A handler that dead-letters message ``seq`` of ``account`` and records the rest."""
+
+    async def handle(m: Op) -> None:
+        if (m.account, m.seq) == (account, seq):
+            raise PermanentError("declined")
+        seen.append((m.account, m.seq))
+
+    return handle
+
+
+def on(channel: object, m: Op, headers: dict[str, Any] | None = None) -> Fake:
+    """A delivery of ``m`` on consume channel ``channel``."""
+    delivery = Fake(m, headers)
+    delivery.channel = channel  # type: ignore[attr-defined]
+    return delivery
+
+
 class FakeRegistry:
     """A registry of blocked keys in memory, read per consume channel as the broker's."""
 
@@ -231,22 +249,11 @@ class FakeRegistry:
 
 async def test_blocked_keys_are_read_from_the_registry_once_per_consume_channel():
     seen: list[tuple[str, int]] = []
-
-    async def handle(m: Op) -> None:
-        if (m.account, m.seq) == ("b", 1):
-            raise PermanentError("no")
-        seen.append((m.account, m.seq))
-
-    app = app_with(handle, on_dead="block")
+    app = app_with(failing_at("b", 1, seen), on_dead="block")
     hooks = Blocked()
     ordering = Ordering("q", app.handlers, hooks)
     registry = ordering.registry = FakeRegistry({"a": "a-0"})  # type: ignore[assignment]
     channel, later = object(), object()
-
-    def on(ch: object, m: Op, headers: dict[str, Any] | None = None) -> Fake:
-        delivery = Fake(m, headers)
-        delivery.channel = ch  # type: ignore[attr-defined]
-        return delivery
 
     outcomes = await run_all(ordering, app, [on(channel, Op(account=k, seq=1)) for k in "ab"])
     assert registry.reads == [channel]  # once, before the first ordered delivery ran
@@ -285,23 +292,13 @@ async def test_a_key_blocked_while_another_delivery_reads_the_registry_stays_blo
     # Seen under CI load: b1 waited for the registry read that a1 started, read it again,
     # and its older view replaced the block that a2 had set meanwhile; a3 and a4 ran.
     seen: list[tuple[str, int]] = []
-
-    async def handle(m: Op) -> None:
-        if (m.account, m.seq) == ("a", 2):
-            raise PermanentError("declined")
-        seen.append((m.account, m.seq))
-
-    app = app_with(handle, on_dead="block")
+    app = app_with(failing_at("a", 2, seen), on_dead="block")
     ordering = Ordering("q", app.handlers, Blocked())
     registry = ordering.registry = SlowRegistry({})  # type: ignore[assignment]
     channel = object()
 
-    def on(m: Op) -> Fake:
-        delivery = Fake(m)
-        delivery.channel = channel  # type: ignore[attr-defined]
-        return delivery
-
-    await run_all(ordering, app, [on(Op(account=k, seq=s)) for s in (1, 2, 3, 4) for k in "ab"])
+    ops = [Op(account=k, seq=s) for s in (1, 2, 3, 4) for k in "ab"]
+    await run_all(ordering, app, [on(channel, op) for op in ops])
     assert [s for k, s in seen if k == "a"] == [1], seen
     assert [s for k, s in seen if k == "b"] == [1, 2, 3, 4]
     assert ordering.blocked == {"a": registry.keys["a"]}
