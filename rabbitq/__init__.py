@@ -33,10 +33,12 @@ from .errors import (
 )
 from .handler import Handler
 from .hooks import Hooks
+from .job import Job, Middleware
 from .loader import load_app
 from .message import Message
 from .ops.endpoints import serve_metrics
 from .ops.metrics import Metrics
+from .outcome import Outcome
 from .retry import RetryPolicy
 from .settings import TLS
 from .worker.lifecycle import Worker
@@ -64,8 +66,11 @@ __all__ = [
     "HandlerNotStarted",
     "HandlerTimeout",
     "Hooks",
+    "Job",
     "Message",
     "Metrics",
+    "Middleware",
+    "Outcome",
     "PartialPublish",
     "PermanentError",
     "PublishError",

@@ -36,6 +36,7 @@ from .handler import (
     is_async_fn,
     wants_context,
 )
+from .job import Middleware, check_middleware
 from .message import Message
 from .ratelimit import RateBackend
 from .retry import RetryPolicy
@@ -68,31 +69,31 @@ class App:
     local broker; a list (or commas) names the nodes of a cluster, to fail over between.
     ``prefetch`` is the number of handlers in flight per worker process.
     ``timeout`` is the default per-handler time limit in seconds (None: no limit).
-    ``queue_type`` applies to every queue of the app, the DLQ included. It is
-    ``"quorum"`` by default (RabbitMQ 3.10 or later): the broker then dead-letters a
-    message that crashes the worker every time after ``delivery_limit`` deliveries, and
-    dead-letters at-least-once; ``"classic"`` suits brokers before 3.10. Why, with
-    figures: docs/reliability.md.
+    ``queue_type`` applies to every queue of the app, the DLQ included: ``"quorum"``
+    (default; RabbitMQ 3.10 or later) dead-letters a message that crashes the worker
+    after ``delivery_limit`` deliveries, at-least-once; ``"classic"`` suits older
+    brokers (docs/reliability.md).
     ``max_body_size`` (bytes, None: no limit) dead-letters larger bodies as ``invalid``
     before they are parsed. ``breaker`` (default: none) pauses the queue while a
     handler's dependency is down (see :class:`~rabbitq.Breaker`). ``tls``: the CA and
     client certificate files for an ``amqps://`` URL (default: ``$RABBITQ_TLS_*``).
-    ``tracing`` (default: none): ``rabbitq.tracing.OpenTelemetry()`` traces every
-    publish, delivery, retry, dead letter and replay (see docs/providers.md).
+    ``tracing``: ``rabbitq.tracing.OpenTelemetry()`` traces every publish, delivery,
+    retry, dead letter and replay (docs/providers.md).
     ``limit_waiting`` (default: ``prefetch``): when a handler has a ``rate_limit`` or
     ``concurrency``, how many deliveries may wait for their turn on top of the
     ``prefetch`` that run; the broker's prefetch is then the sum of both.
     ``idempotency`` (default: none) is the store of handled keys for every handler
     (:class:`~rabbitq.effects.PostgresStore`, :class:`~rabbitq.effects.RedisStore`;
-    see docs/effects.md). ``outbox`` is set by :class:`~rabbitq.effects.Outbox`;
-    ``loaded_as`` by :func:`load_app` (the ``MODULE:APP`` it was found by, for messages
-    that name the app as the user does).
+    docs/effects.md). ``outbox`` is set by :class:`~rabbitq.effects.Outbox`,
+    ``loaded_as`` by :func:`load_app` (the ``MODULE:APP`` it was found by).
     ``status`` (default: none) records what happens to every message in that store (a
     ``PostgresStore`` or ``RedisStore``, the same object as ``idempotency`` if you like,
     or a :class:`~rabbitq.status.PostgresStatus` / ``RedisStatus``), best effort and off
     the path of the ack; :meth:`status` reads it back (see docs/status.md).
     ``partitions=N`` spreads the messages over N single-active-consumer queues by their
-    ordering key, through the consistent-hash exchange (see docs/ordering.md).
+    ordering key, through the consistent-hash exchange (docs/ordering.md).
+    ``middleware``: the app's own stages, run for every decoded delivery before its
+    handler, in the worker and in ``rabbitq.testing`` (docs/middleware.md).
     """
 
     def __init__(
@@ -114,6 +115,7 @@ class App:
         idempotency: IdempotencyStore | None = None,
         status: StatusStore | IdempotencyStore | None = None,
         partitions: int = 0,
+        middleware: Sequence[Middleware] = (),
     ) -> None:
         if prefetch < 1:
             raise ConfigurationError(f"prefetch must be at least 1, not {prefetch}")
@@ -140,6 +142,7 @@ class App:
         if status is not None:
             self.status_writer = StatusWriter(status_store(status))
             self.tracing = StatusTracing(self.status_writer, self.tracing)
+        self.middleware = check_middleware(middleware)  # docs/middleware.md
         self.partitions = check_partitions(partitions)  # docs/ordering.md
         self.partition_index = 0  # of the view that partition()'s worker runs
         self._base_queue = queue
@@ -306,8 +309,7 @@ class App:
         across every worker and ``rabbitq scheduler``, with a ``message_id`` derived from
         ``name`` (default: the function's name) and the tick. ``catch_up`` says which
         ticks missed while no scheduler ran are published: ``"none"``, ``"last"`` or
-        ``"all"`` (at most 1000). See docs/schedules.md.
-        """
+        ``"all"`` (at most 1000). See docs/schedules.md."""
         return self.schedules.decorator(cron=cron, every=every, tz=tz, catch_up=catch_up, name=name)
 
     def topology(self) -> Topology:
@@ -395,3 +397,4 @@ class App:
             retry_for=retry_for,
             timeout=timeout,
         )
+

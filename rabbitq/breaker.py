@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from .errors import ConfigurationError
-from .retry import EXHAUSTED, DeadLetter, Retry
+from .outcome import DeadLetter, Requeue, Retry
+from .retry import EXHAUSTED
 
 State = Literal["closed", "open", "half-open"]
 CLOSED: State = "closed"
@@ -135,6 +136,8 @@ def verdict(decision: object) -> bool | None:
         return False
     if isinstance(decision, DeadLetter):
         return False if decision.reason == EXHAUSTED else None
+    if isinstance(decision, Requeue):  # not run: says nothing of the dependency
+        return None
     return True  # ack
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .errors import ConfigurationError
 from .message import Message
@@ -15,7 +15,15 @@ if TYPE_CHECKING:
     from contextlib import AbstractAsyncContextManager
 
     from .effects.guard import Effects
-    from .workflow.steps import Flow
+
+
+class Flow(Protocol):
+    """What a context reads of its delivery's workflow part
+    (:class:`rabbitq.workflow.steps.Flow`)."""
+
+    async def results(self) -> list[Any]:
+        """A chord callback's members' results, by index."""
+        ...
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

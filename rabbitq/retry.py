@@ -13,8 +13,7 @@ from typing import Any
 
 from .errors import ConfigurationError, PermanentError, RetryLater
 from .ladder.plan import MAX_DELAY_MS, UNIT_MS
-
-_UNITS = (("h", 3_600_000), ("m", 60_000), ("s", 1_000))
+from .outcome import DeadLetter, Retry
 
 
 def delay_ms(seconds: float) -> int:
@@ -29,17 +28,6 @@ def delay_ms(seconds: float) -> int:
         )
     return ms
 
-
-def delay_label(ms: int) -> str:
-    """The delay written exactly in the largest unit that divides it: 1s, 90s, 2m, 1500ms."""
-    for unit, size in _UNITS:
-        if ms % size == 0:
-            return f"{ms // size}{unit}"
-    return f"{ms}ms"
-
-
-LADDER = "ladder"
-"""The ``delay`` label of a retry that waits in the delay ladder (``RetryLater``)."""
 
 # Dead-letter reasons, as written to the ``rabbitq-reason`` header.
 EXHAUSTED = "exhausted"
@@ -80,30 +68,6 @@ class RetryPolicy:
     def delays_ms(self) -> tuple[int, ...]:
         """The delays in whole milliseconds, in order."""
         return tuple(delay_ms(s) for s in self.delays)
-
-
-@dataclass(frozen=True, slots=True)
-class Retry:
-    """Send a copy to the retry queue of ``delay_ms`` as attempt ``next_attempt``; with
-    ``ladder``, into the delay ladder for ``delay_ms`` instead (docs/delays.md)."""
-
-    delay_ms: int
-    next_attempt: int
-    deferred: bool = False  # asked for by RetryLater rather than a failed attempt
-    ladder: bool = False  # waits in the delay ladder, not in a retry tier
-
-    @property
-    def label(self) -> str:
-        """The tier label, as in the retry queue's name (``10s``); ``ladder`` for a wait
-        in the delay ladder (a bounded label for metrics)."""
-        return LADDER if self.ladder else delay_label(self.delay_ms)
-
-
-@dataclass(frozen=True, slots=True)
-class DeadLetter:
-    """Send a copy to the DLQ with this reason."""
-
-    reason: str
 
 
 def parse_attempt(value: Any) -> int:

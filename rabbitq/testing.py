@@ -1,7 +1,8 @@
 """Test your handlers without a broker.
 
-``deliver`` runs a message through exactly the code the worker runs (type resolution,
-decoding, validation, the handler with its timeout, the retry decision) and tells you
+``deliver`` runs a message through exactly the stage list the worker runs (type
+resolution, decoding, validation, the app's middleware, the handler with its timeout,
+the retry decision; not the broker-bound stages: limits, breakers, ordering) and tells you
 what the worker would do with it::
 
     result = await deliver(app, SendEmail(to="a@b.c", subject="hi", body="..."))
@@ -35,10 +36,10 @@ from .app import App
 from .effects.followups import FollowUp
 from .ladder import plan as ladder
 from .message import Message, encode
-from .retry import DeadLetter, Retry, delay_label
+from .outcome import Ack, DeadLetter, Outcome, Requeue, Retry, delay_label
 from .worker.batching import Batcher
-from .worker.dispatch import process
-from .worker.outcome import Ack, Outcome
+from .worker.dispatch import new_job
+from .worker.stages import for_testing
 
 __all__ = ["FakeDelivery", "Result", "deliver", "deliver_batch", "deliver_sync"]
 
@@ -62,7 +63,7 @@ class FakeDelivery:
 class Result:
     """What the worker would do: ack, retry (with ``delay`` and ``tier``) or dead-letter."""
 
-    outcome: str  # "ack", "retry" or "dead-letter"
+    outcome: str  # "ack", "retry", "dead-letter" or "requeue" (a middleware's)
     type_name: str
     attempt: int
     delay: str | None = None  # retry tier label, e.g. "10s" (RetryLater: the wait, "1500ms")
@@ -94,6 +95,12 @@ class Result:
         """The message would go to the DLQ."""
         return self.outcome == "dead-letter"
 
+    @property
+    def requeued(self) -> bool:
+        """The message would go back to its queue, no attempt used (a middleware's
+        ``job.requeue()``)."""
+        return self.outcome == "requeue"
+
 
 async def deliver(
     app: App,
@@ -120,7 +127,10 @@ async def deliver(
     async def send(follow_ups: Sequence[FollowUp]) -> None:
         sent.extend(follow_ups)
 
-    outcome = await process(app.handlers, app.queue, delivery, send=send, outbox=app.outbox)
+    pipeline = for_testing(
+        app.handlers.values(), middleware=app.middleware, send=send, outbox=app.outbox
+    )
+    outcome = await pipeline.run(new_job(app.handlers, app.queue, delivery))
     return _result(app, outcome, sent)
 
 
@@ -134,6 +144,8 @@ def _result(app: App, outcome: Outcome, sent: Sequence[FollowUp] = ()) -> Result
     }
     if isinstance(decision, Ack):
         return Result(outcome="ack", duplicate=outcome.duplicate, **common)
+    if isinstance(decision, Requeue):
+        return Result(outcome="requeue", **common)
     if isinstance(decision, Retry):
         handler = app.handlers[outcome.type_name]
         return Result(
@@ -204,14 +216,16 @@ async def deliver_batch(
     if len(attempts) != n or len(ids) != n:
         raise ValueError("attempts and message_ids need one item per message")
     batcher = Batcher(app.handlers, app.queue, prefetch=prefetch or app.prefetch)
+    pipeline = for_testing(app.handlers.values(), middleware=app.middleware, batches=batcher)
     deliveries = [
         _fake(app, m, type, a, None, i, None, False, None)
         for m, a, i in zip(messages, attempts, ids, strict=True)
     ]
-    tasks = [
-        asyncio.create_task(process(app.handlers, app.queue, d, batches=batcher))
-        for d in deliveries
-    ]
+
+    async def run(delivery: FakeDelivery) -> Outcome:
+        return await pipeline.run(new_job(app.handlers, app.queue, delivery))
+
+    tasks = [asyncio.create_task(run(d)) for d in deliveries]
     await asyncio.sleep(0)  # every task is in its batch (or has its outcome) now
     batcher.flush_all()
     return [_result(app, o) for o in await asyncio.gather(*tasks)]

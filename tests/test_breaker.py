@@ -7,8 +7,7 @@ import pytest
 
 from rabbitq import App, Breaker, ConfigurationError, Message
 from rabbitq.breaker import CLOSED, HALF_OPEN, OPEN, Circuit, combined, verdict
-from rabbitq.retry import DeadLetter, Retry
-from rabbitq.worker.outcome import ACK
+from rabbitq.outcome import ACK, DeadLetter, Retry
 
 CONFIG = Breaker(
     failure_ratio=0.5, window=10, window_seconds=60, min_calls=4, cooldown=30, probes=2

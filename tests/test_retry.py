@@ -8,15 +8,8 @@ import decimal
 import pytest
 
 from rabbitq import ConfigurationError, RetryPolicy
-from rabbitq.retry import (
-    EXHAUSTED,
-    PERMANENT,
-    REASONS,
-    DeadLetter,
-    Retry,
-    after_failure,
-    parse_attempt,
-)
+from rabbitq.outcome import DeadLetter, Retry
+from rabbitq.retry import EXHAUSTED, PERMANENT, REASONS, after_failure, parse_attempt
 
 
 def test_the_default_policy_tries_five_times_over_one_second_to_ten_minutes():

@@ -9,14 +9,8 @@ import pytest
 
 from rabbitq import App, Message, PermanentError, RetryLater, RetryPolicy
 from rabbitq.ladder import MAX_DELAY_MS
-from rabbitq.retry import (
-    EXHAUSTED,
-    PERMANENT,
-    DeadLetter,
-    Retry,
-    after_exception,
-    after_retry_later,
-)
+from rabbitq.outcome import DeadLetter, Retry
+from rabbitq.retry import EXHAUSTED, PERMANENT, after_exception, after_retry_later
 from rabbitq.testing import deliver
 
 POLICY = RetryPolicy(delays=(1, 10, 60, 600))

@@ -26,7 +26,7 @@ from typing import Any, Protocol
 from pamqp.commands import Basic
 
 from ..ladder import plan as ladder
-from ..retry import DeadLetter, Retry
+from ..outcome import DeadLetter, Retry
 from . import headers as h
 from . import properties
 from .properties import message_id_of

@@ -29,7 +29,7 @@ from aio_pika.abc import AbstractChannel, AbstractConnection, AbstractQueue
 from ..errors import ConfigurationError, TopologyMismatch
 from ..ladder import declare as ladder_declare
 from ..ladder.plan import DELIVER_EXCHANGE, Ladder, destination_arguments, is_ladder_queue, ladder
-from ..retry import delay_label as delay_label  # re-exported: names use it
+from ..outcome import delay_label as delay_label  # re-exported: names use it
 from ..retry import delay_ms as delay_ms
 from . import partitions
 

@@ -28,7 +28,8 @@ from typing import Any
 
 from ..errors import ConfigurationError
 from ..message import Message
-from ..retry import Retry, RetryPolicy
+from ..outcome import Retry
+from ..retry import RetryPolicy
 from .followups import FollowUp, make_follow_up
 from .store import BUSY, DONE, Claim, IdempotencyStore, StoreUnavailable
 

@@ -22,6 +22,8 @@ from collections.abc import Mapping
 
 from ..app import App
 from ..hooks import Hooks
+from ..job import Job, Next
+from ..outcome import Outcome
 from ..ratelimit import Gate, Limit, LocalRates, RateBackend
 
 
@@ -72,6 +74,31 @@ class Admission:
     def broker_prefetch(self) -> int:
         """The prefetch to ask the broker for: handler slots plus the waiting room."""
         return self.prefetch + self.waiting_room
+
+    async def __call__(self, job: Job, call_next: Next) -> Outcome:
+        """The admission stage: the delivery waits for its limits and a handler slot
+        (cancelled while it waits: the worker returns it); a shared limiter that is down
+        is a failed attempt."""
+        type_name = job.type_name
+        try:
+            await self.enter(type_name)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            return job.fail(exc)
+        try:
+            return await call_next(job)
+        finally:
+            self.leave(type_name)
+
+    def stop(self) -> None:
+        """The worker stops: deliveries waiting for their turn go back (a stage's
+        ``stop``)."""
+        self.cancel_waiting()
+
+    async def aclose(self) -> None:
+        """The worker closes: the shared limiters' connections (a stage's ``aclose``)."""
+        await self.close()
 
     async def enter(self, type_name: str) -> None:
         """Wait for ``type_name``'s limits (if any), then for a handler slot."""

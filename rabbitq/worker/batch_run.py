@@ -35,8 +35,9 @@ from ..effects.guard import busy_decision, claim_waiting, key_of
 from ..effects.store import BUSY, DONE, Claim, IdempotencyStore, lease_for
 from ..errors import HandlerTimeout
 from ..handler import Handler
+from ..job import failed
+from ..outcome import ACK, Outcome
 from .batch_plan import failures_of, first_of_each_key
-from .outcome import ACK, Outcome, failed
 
 log = logging.getLogger("rabbitq.worker")
 

@@ -9,7 +9,7 @@ worker dies.
 
 A batch is handed to its handler (:func:`~rabbitq.worker.batch_run.run_batch`) when it
 holds ``max_size`` messages, or ``max_wait`` seconds after its first arrived, or at once
-when the worker stops (:meth:`Batcher.flush_all`): a partial batch is run, not held. A
+when the worker stops (:meth:`Batcher.stop`): a partial batch is run, not held. A
 delivery cancelled while its batch waits (the grace period is over) leaves the batch and
 goes back to its queue; one cancelled while its batch runs cancels the run, and every
 delivery of it goes back (keys claimed for it are released).
@@ -23,10 +23,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..errors import PermanentError
 from ..handler import Handler
 from ..hooks import Hooks
+from ..job import Job, Next, failed
+from ..outcome import Outcome
 from .batch_run import BatchItem, run_batch
-from .outcome import Outcome, failed
 
 log = logging.getLogger("rabbitq.worker")
 
@@ -68,6 +70,10 @@ class Batcher:
         self._running: dict[asyncio.Task[None], list[_Waiting]] = {}
         self._stopping = False
 
+    async def __call__(self, job: Job, call_next: Next) -> Outcome:
+        """The batch stage: a batch handler's message waits for its batch here."""
+        return await _batched(job, call_next, self.submit)
+
     async def submit(self, type_name: str, message: Any, delivery: Any, attempt: int) -> Outcome:
         """Add a decoded message to its type's open batch; its outcome once the batch ran."""
         handler = self._handlers[type_name]
@@ -89,6 +95,10 @@ class Batcher:
         except asyncio.CancelledError:
             self._withdraw(type_name, waiting)
             raise
+
+    def stop(self) -> None:
+        """The worker stops: run every open batch now (a stage's ``stop``)."""
+        self.flush_all()
 
     def flush_all(self) -> None:
         """Run every open batch now, and any later delivery at once (the worker stops)."""
@@ -147,7 +157,27 @@ class Batcher:
                 return
 
 
-async def run_alone(handler: Handler, type_name: str, queue: str, item: BatchItem) -> Outcome:
-    """A batch of one, without a :class:`Batcher` (``rabbitq.testing.deliver``)."""
-    (outcome,) = await run_batch(handler, type_name, queue, [item])
+async def alone(job: Job, call_next: Next) -> Outcome:
+    """The batch stage without a :class:`Batcher` (``rabbitq.testing.deliver``): a
+    batch handler's message runs as a batch of one."""
+
+    async def one(type_name: str, message: Any, delivery: Any, attempt: int) -> Outcome:
+        handler = job.handler
+        assert handler is not None
+        (outcome,) = await run_batch(
+            handler, type_name, job.queue, [BatchItem(message, delivery, attempt)]
+        )
+        return outcome
+
+    return await _batched(job, call_next, one)
+
+
+async def _batched(job: Job, call_next: Next, submit: Any) -> Outcome:
+    handler = job.handler
+    if handler is None or handler.batch is None:  # not a batch handler's: the rest runs
+        return await call_next(job)
+    if job.flow is not None:
+        error = PermanentError(f"{job.type_name} has a batch handler: it cannot be a workflow step")
+        return job.fail(error)
+    outcome: Outcome = await submit(job.type_name, job.message, job.delivery, job.attempt)
     return outcome

@@ -17,6 +17,8 @@ from typing import Any
 from ..breaker import CLOSED, HALF_OPEN, OPEN, Breaker, Circuit, State, combined, verdict
 from ..handler import Handler
 from ..hooks import Hooks
+from ..job import Job, Next
+from ..outcome import Outcome
 from .consumer import BREAKER_OPEN, Pausable
 
 log = logging.getLogger("rabbitq.breaker")
@@ -59,6 +61,17 @@ class BreakerGuard:
         """The queue's combined state."""
         return self._state
 
+    async def __call__(self, job: Job, call_next: Next) -> Outcome:
+        """The breaker stage: an open circuit returns the delivery to its queue (no
+        attempt); what came of the rest is recorded, but for a key busy elsewhere."""
+        type_name = job.type_name
+        if not await self.admit(type_name):
+            return job.requeue()  # circuit open: no attempt
+        outcome = await call_next(job)
+        if not outcome.busy:
+            self.record(type_name, outcome.decision)
+        return outcome
+
     async def admit(self, type_name: str) -> bool:
         """Wait, if needed, until the handler of ``type_name`` may run. False: do not run
         it, return the delivery to the queue (no attempt is counted)."""
@@ -89,6 +102,11 @@ class BreakerGuard:
         before = circuit.state
         circuit.record(verdict(decision), self._clock(), probe=probe)
         self._after(type_name, before, circuit)
+
+    def stop(self) -> None:
+        """The worker stops: deliveries waiting for a probe's verdict go back (a
+        stage's ``stop``)."""
+        self.close()
 
     def close(self) -> None:
         """The worker is stopping: release every waiting delivery (to be requeued)."""

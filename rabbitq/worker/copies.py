@@ -42,11 +42,10 @@ from ..amqp.confirm import send_confirmed
 from ..amqp.topology import Topology
 from ..errors import PublishInterrupted, PublishNacked, Unroutable
 from ..hooks import UNKNOWN, UNROUTABLE_COPY, Hooks
-from ..retry import DeadLetter, Retry, delay_label
+from ..outcome import DeadLetter, Outcome, Retry, delay_label
 from .consumer import COPIES_HELD, Pausable
 from .delivery import Incoming
 from .dispatch import resolve_type
-from .outcome import Outcome
 
 log = logging.getLogger("rabbitq.worker")
 

@@ -35,6 +35,8 @@ from ..effects.sender import send_follow_ups
 from ..effects.store import close_stores
 from ..errors import ConfigurationError, HandlerNotStarted
 from ..hooks import UNKNOWN, Hooks, combine
+from ..job import Job, Next
+from ..outcome import REQUEUE, Outcome
 from ..settings import TLS, Settings, redact_url
 from ..tracing.base import NO_DELIVERY
 from ..workflow.chords import chord_store
@@ -47,13 +49,13 @@ from .consumer import BROKER_BLOCKED, CLOSE_TIMEOUT, NOT_CONSUMING, STOPPING, Co
 from .consumer_timeout import on_channel_closed
 from .copies import CopyStore, own_targets
 from .delivery import Incoming
-from .dispatch import attempt_of, process, resolve_type
+from .dispatch import new_job, resolve_type
 from .handler_pool import HandlerPool, report_abandoned, report_returned
 from .keeper import Keeper
 from .ordering import Ordering
-from .outcome import failed
 from .settle import REQUEUE_BACKOFF, Settler
 from .spans import trace_delivery
+from .stages import for_worker
 from .stopping import drain, unless_stopped
 
 log = logging.getLogger("rabbitq.worker")
@@ -127,7 +129,6 @@ class Worker:
         self.ordering = Ordering.wanted(  # self: the connection where blocked keys are kept
             self._queue_name, self._handlers, self.hooks, self.consumer_timeout, self
         )
-        self._process = process if self.ordering is None else self.ordering.process
         self.consume_args: dict[str, object] = {}  # basic.consume's, besides consumer_args'
         self._blocked = BlockedWatch(self._on_blocked)
         self._watching: asyncio.Task[None] | None = None
@@ -143,6 +144,22 @@ class Worker:
         self._stop = asyncio.Event()
         self.breakers = BreakerGuard.wanted(
             self._queue_name, self._handlers, consumer=self.consumer, hooks=self.hooks
+        )
+        # One stage list for every delivery, built once (worker/stages.py lists them).
+        self.pipeline = for_worker(
+            self._handlers.values(),
+            before=(
+                self.admission or None,
+                self._running,
+                self.breakers,
+                self.ordering,
+            ),
+            middleware=app.middleware,
+            batches=self.batches,
+            send=self._send_follow_ups,
+            outbox=app.outbox,
+            executor=self._executor,
+            chords=self._chords,
         )
 
     # -- lifecycle ---------------------------------------------------------------
@@ -225,11 +242,10 @@ class Worker:
         if self.consumer.stopping:
             return
         self.consumer.pause(STOPPING, NOT_CONSUMING)
-        if self.breakers is not None:
-            self.breakers.close()  # deliveries waiting for a probe's verdict go back
+        # Deliveries waiting for a probe's verdict or for their limits go back; partial
+        # batches run now, within the grace period.
+        self.pipeline.stop()
         await self.consumer.stop()
-        self.admission.cancel_waiting()  # not started: back to the queue now
-        self.batches.flush_all()  # partial batches run now, within the grace period
         # Settling is short, unless the broker blocks us or holds copies back: those are
         # cancelled; unsettled deliveries go back when the connection closes.
         settle = 1.0 if self.consumer.blocked or self._copies.held else 10.0
@@ -243,7 +259,7 @@ class Worker:
         connected = self._connection is not None
         await self._close_connection()
         self._executor.shutdown()
-        await self.admission.close()
+        await self.pipeline.aclose()
         # after the handlers (a store opens again on its next use), and before the status
         # records still queued (App(status=...)) are flushed
         await close_stores([*(h.idempotency for h in self._handlers.values()), self._chords])
@@ -310,10 +326,11 @@ class Worker:
         # The handler runs in a task of our own, never in one of aiormq's: aiormq cancels
         # its tasks when the channel closes, and a lost connection must not interrupt a
         # handler half-way through sending an email (its ack fails; it is redelivered).
-        turn = self.ordering.arrive(delivery) if self.ordering is not None else None
-        task = self._track(asyncio.create_task(self._handle(delivery, acker)))
-        if turn is not None and self.ordering is not None:  # the next of its key may go
-            task.add_done_callback(functools.partial(self.ordering.settled, turn))
+        job = new_job(self._handlers, self._queue_name, delivery)
+        settled = [done for arrive in self.pipeline.arrivals if (done := arrive(job))]
+        task = self._track(asyncio.create_task(self._handle(job, acker)))
+        for done in settled:  # the next of its key may go (worker.ordering)
+            task.add_done_callback(done)
         self._handling.add(task)
 
     def _track(self, task: asyncio.Task[None]) -> asyncio.Task[None]:
@@ -321,55 +338,17 @@ class Worker:
         task.add_done_callback(self._tasks.discard)
         return task
 
-    async def _handle(self, delivery: Incoming, acker: Acker) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        type_name = resolve_type(delivery, self._queue_name)
-        attempt = attempt_of(delivery)
-        self.hooks.received(self._queue_name, type_name if type_name in self._handlers else UNKNOWN)
+    async def _handle(self, job: Job, acker: Acker) -> None:
+        delivery, type_name = job.delivery, job.type_name
+        assert isinstance(delivery, Incoming)
+        self.hooks.received(self._queue_name, type_name if job.handler else UNKNOWN)
         span = NO_DELIVERY
         if self.tracing.enabled:
-            span = trace_delivery(self.tracing, delivery, self._queue_name, type_name, attempt)
-        if self.admission:
-            try:
-                await self.admission.enter(type_name)
-            except asyncio.CancelledError:  # shutdown while waiting for its turn
-                self._handling.discard(task)
-                await self._settler.nack(delivery, type_name, acker)
-                span.end("requeued")
-                raise
-            except Exception as exc:  # a shared limiter is down: a failed attempt
-                self._handling.discard(task)
-                outcome = failed(self._handlers[type_name].retry, type_name, attempt, exc)
-                await self._settler.settle(delivery, outcome, type_name, acker, span)
-                return
-        self.hooks.handler_started(self._queue_name)
+            span = trace_delivery(self.tracing, delivery, self._queue_name, type_name, job.attempt)
         try:
-            if delivery.redelivered:
-                log.info(
-                    "redelivered message %s (it may have been handled before: at-least-once)",
-                    delivery.message_id or "(no message_id)",
-                )
-            if self.breakers is not None and not await self.breakers.admit(type_name):
-                await self._settler.nack(delivery, type_name, acker)  # circuit open: no attempt
-                span.end("requeued")
-                return
             with span.activate():
-                outcome = await self._process(
-                    self._handlers,
-                    self._queue_name,
-                    delivery,
-                    self._executor,
-                    type_name,
-                    attempt=attempt,
-                    send=self._send_follow_ups,
-                    outbox=self.app.outbox,
-                    batches=self.batches,
-                    chords=self._chords,
-                )
-            if self.breakers is not None and not outcome.busy:
-                self.breakers.record(type_name, outcome.decision)
-        except asyncio.CancelledError:  # shutdown after the grace period
+                outcome = await self.pipeline.run(job)
+        except asyncio.CancelledError:  # shutdown: while waiting, or after the grace period
             await self._settler.nack(delivery, type_name, acker)
             span.end("requeued")
             raise
@@ -379,11 +358,27 @@ class Worker:
             await self._settler.nack(delivery, type_name, acker)
             return
         finally:
-            self._handling.discard(task)
-            self.hooks.handler_finished(self._queue_name)
-            if self.admission:
-                self.admission.leave(type_name)
+            self._handling.discard(asyncio.current_task())
+        if outcome.decision is REQUEUE:  # a breaker that is open, a middleware's "not now"
+            await self._settler.nack(delivery, type_name, acker)
+            span.end("requeued")
+            return
         await self._settler.settle(delivery, outcome, type_name, acker, span)
+
+    async def _running(self, job: Job, call_next: Next) -> Outcome:
+        """The worker's own stage, after admission: the delivery is in its handler (for
+        the drain and the in-handler metrics) until the rest of the list returns."""
+        self.hooks.handler_started(self._queue_name)
+        if job.delivery.redelivered:
+            log.info(
+                "redelivered message %s (it may have been handled before: at-least-once)",
+                job.delivery.message_id or "(no message_id)",
+            )
+        try:
+            return await call_next(job)
+        finally:
+            self._handling.discard(asyncio.current_task())
+            self.hooks.handler_finished(self._queue_name)
 
     async def _send_follow_ups(self, follow_ups: Sequence[FollowUp]) -> None:
         """Publish a succeeded handler's follow-ups, confirmed, before its ack."""

@@ -1,13 +1,13 @@
 """Ordered handlers (``@app.handler(M, ordered_by=...)``): one message of a key at a
 time, in delivery order, a failed one retried before the next (docs/ordering.md).
 
-The worker calls :meth:`Ordering.arrive` for each delivery *as it arrives* (in the
-broker's order, before anything awaits), which queues it behind the earlier deliveries
-of its key; :meth:`Ordering.process` (the worker's ``process``) waits for its turn,
-then runs it, and on a retry waits the retry's delay *in the worker, holding the key*,
-and runs it again as the next attempt. The turn passes on when the delivery is settled
-(its task is done: acked, or its dead letter confirmed), so the next message of the key
-never starts before the earlier one's outcome is safe.
+The worker calls :meth:`Ordering.arrive` for each job *as it arrives* (in the broker's
+order, before anything awaits), which queues it behind the earlier deliveries of its
+key; the :class:`Ordering` stage (after the breaker's) waits for its turn, then runs the
+rest of the stage list, and on a retry waits the retry's delay *in the worker, holding
+the key*, and runs it again as the next attempt. The turn passes on when the delivery is
+settled (its task is done: acked, or its dead letter confirmed), so the next message of
+the key never starts before the earlier one's outcome is safe.
 
 After the last attempt the message is dead-lettered; with ``on_dead="block"`` its key
 is then blocked: every later delivery of the key goes straight to the DLQ behind it
@@ -22,9 +22,9 @@ consume channel goes, so that a restart or another process taking over keeps the
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
 
 from .. import retry
 from ..amqp import headers as h
@@ -32,14 +32,11 @@ from ..amqp.topology import blocked_queue_name
 from ..errors import DecodeError
 from ..handler import Handler
 from ..hooks import Hooks
+from ..job import Job, Next
 from ..message import decode
-from ..retry import DeadLetter, Retry
+from ..outcome import DeadLetter, Outcome, Retry
 from .blocked_keys import BlockedKeys, Connected
 from .consumer_timeout import DEFAULT_CONSUMER_TIMEOUT
-from .delivery import Incoming
-from .dispatch import Delivery, resolve_type
-from .dispatch import process as plain_process
-from .outcome import Outcome
 
 log = logging.getLogger("rabbitq.worker")
 
@@ -122,9 +119,11 @@ class Ordering:
         self.handlers = handlers
         self.hooks = hooks
         self._tails: dict[str, Turn] = {}  # key -> its last delivery's turn
-        self._turns: dict[Incoming, Turn] = {}  # arrived, not yet in process()
+        self._turns: dict[Job, Turn] = {}  # arrived, not yet at this stage
         self.blocked: dict[str, str] = {}  # key -> the message id of its dead letter
         self.running = 0  # ordered deliveries inside their handler now
+        self.idle = asyncio.Event()  # set while none is (worker.partitioned waits for it)
+        self.idle.set()
         self.frozen = False  # stopping: no delivery starts any more (worker.partitioned)
         # on_dead="block" with a broker: the blocked keys are kept in <queue>.blocked too
         blocking = any(handler.on_dead == "block" for handler in handlers.values())
@@ -154,18 +153,18 @@ class Ordering:
             log.warning("%s", problem)
         return cls(queue, handlers, hooks, connection)
 
-    def arrive(self, delivery: Incoming) -> Turn | None:
-        """Queue ``delivery`` behind the earlier ones of its key (call it before any
-        await, in delivery order); None: it is not ordered."""
-        handler = self.handlers.get(resolve_type(delivery, self.queue))
-        key = key_of(handler, delivery.body)
+    def arrive(self, job: Job) -> Callable[[object], None] | None:
+        """Queue ``job`` behind the earlier deliveries of its key (called as it arrives,
+        before any await, in delivery order); the callback to call once it is settled
+        (its task is done), or None: it is not ordered."""
+        key = key_of(job.handler, job.delivery.body)
         if key is None:
             return None
         before = self._tails.get(key)
-        turn = Turn(key, before._mine if before is not None else None, delivery)
+        turn = Turn(key, before._mine if before is not None else None, job)
         self._tails[key] = turn
-        self._turns[delivery] = turn
-        return turn
+        self._turns[job] = turn
+        return functools.partial(self.settled, turn)
 
     def settled(self, turn: Turn, _task: object = None) -> None:
         """``turn``'s delivery is settled (its task is done)."""
@@ -174,64 +173,48 @@ class Ordering:
         if self._tails.get(turn.key) is turn:
             del self._tails[turn.key]
 
-    async def process(
-        self,
-        handlers: Mapping[str, Handler],
-        queue: str,
-        delivery: Delivery,
-        executor: Any = None,
-        type_name: str | None = None,
-        *,
-        attempt: int | None = None,
-        send: Any = None,
-        outbox: Any = None,
-        batches: Any = None,
-        chords: Any = None,
-    ) -> Outcome:
-        """:func:`rabbitq.worker.dispatch.process`, in the key's order, retries held."""
-        turn = self._turns.pop(delivery, None)  # type: ignore[call-overload]
+    async def __call__(self, job: Job, call_next: Next) -> Outcome:
+        """The ordering stage: the rest of the list in the key's order, retries held."""
+        turn = self._turns.pop(job, None)
         if self.frozen:
             await asyncio.Event().wait()  # stopping: it never starts (returned at close)
         if turn is None:
-            return await plain_process(
-                handlers, queue, delivery, executor, type_name,
-                attempt=attempt, send=send, outbox=outbox, batches=batches, chords=chords,
-            )  # fmt: skip
+            return await call_next(job)
         await turn.wait()
-        assert type_name is not None and attempt is not None
         while self.frozen:
             await asyncio.Event().wait()
-        if self.registry is not None and self.registry.stale(getattr(delivery, "channel", None)):
-            await self._read_registry(getattr(delivery, "channel", None))
+        channel = getattr(job.delivery, "channel", None)
+        if self.registry is not None and self.registry.stale(channel):
+            await self._read_registry(channel)
         dead = self.blocked.get(turn.key)
         if dead is not None:
-            if not (delivery.headers or {}).get(h.REPLAYED):
-                return blocked_outcome(turn.key, dead, type_name, attempt)
+            if not job.headers.get(h.REPLAYED):
+                return blocked_outcome(turn.key, dead, job.type_name, job.attempt)
             await self._unblock(turn.key)
         self.running += 1
+        self.idle.clear()
         try:
             while True:
-                outcome = await plain_process(
-                    handlers, queue, delivery, executor, type_name,
-                    attempt=attempt, send=send, outbox=outbox, chords=chords,
-                )  # fmt: skip
+                outcome = await call_next(job)
                 decision = outcome.decision
                 if not isinstance(decision, Retry):
                     break
                 # The retry waits here, holding its key: nothing later of it overtakes.
-                self.hooks.retried(queue, type_name, decision.label, outcome.duration)
+                self.hooks.retried(self.queue, job.type_name, decision.label, outcome.duration)
                 log.info(
                     "message %s failed (%s); attempt %d in %gs, holding key %r",
-                    delivery.message_id or "-", outcome.error, decision.next_attempt,
+                    job.delivery.message_id or "-", outcome.error, decision.next_attempt,
                     decision.delay_ms / 1000, turn.key,
                 )  # fmt: skip
                 await asyncio.sleep(decision.delay_ms / 1000)
-                attempt = decision.next_attempt
+                job.attempt = decision.next_attempt
         finally:
             self.running -= 1
-        handler = handlers[type_name]
-        if isinstance(outcome.decision, DeadLetter) and handler.on_dead == "block":
-            await self._block(turn.key, delivery.message_id or "-")
+            if not self.running:
+                self.idle.set()
+        handler = job.handler
+        if isinstance(outcome.decision, DeadLetter) and handler and handler.on_dead == "block":
+            await self._block(turn.key, job.delivery.message_id or "-")
         return outcome
 
     async def _read_registry(self, channel: object) -> None:

@@ -7,8 +7,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
+from ..outcome import Outcome
 from .delivery import Incoming
-from .outcome import Outcome
 
 log = logging.getLogger("rabbitq.worker")
 

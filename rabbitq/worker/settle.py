@@ -17,13 +17,12 @@ from ..amqp import copy
 from ..amqp.topology import Topology
 from ..errors import PublishError
 from ..hooks import Hooks
-from ..retry import DeadLetter, Retry
+from ..outcome import DeadLetter, Outcome, Retry
 from ..tracing.base import DeliverySpan
 from . import outcome_log
 from .acks import Acker
 from .copies import CopyStore, report_copied
 from .delivery import Incoming
-from .outcome import Outcome
 
 log = logging.getLogger("rabbitq.worker")
 

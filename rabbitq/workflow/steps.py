@@ -2,12 +2,12 @@
 
 :func:`flow_of` gives a delivery its :class:`Flow` (None for a plain message of an app
 without a status store: the fast path costs one header lookup). The worker
-(:mod:`rabbitq.worker.dispatch`) then:
+runs :class:`WorkflowStage` for every delivery, which then:
 
-1. runs the handler through :meth:`Flow.around`: keeps its result (with a status store),
-   and makes a chain's next step a follow-up, so that it is sent, confirmed, before the
-   idempotency key is marked done and before the ack (or, in transactional mode with an
-   outbox, is a row of the handler's transaction);
+1. has the handler run through :meth:`Flow.around` (``job.wrap_call``): keeps its result
+   (with a status store), and makes a chain's next step a follow-up, so that it is sent,
+   confirmed, before the idempotency key is marked done and before the ack (or, in
+   transactional mode with an outbox, is a row of the handler's transaction);
 2. after the handler succeeded, or found its key done (a duplicate), calls
    :meth:`Flow.succeeded`: a chord member is marked done, and the member that finds its
    chord complete sends the callback once (:meth:`Flow.send_once`);
@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
@@ -38,6 +39,9 @@ from ..amqp import headers as h
 from ..effects.followups import FollowUp, make_follow_up
 from ..effects.guard import Effects
 from ..errors import PermanentError, RetryLater
+from ..job import Job, Next, failed
+from ..outcome import ACK, DeadLetter, Outcome
+from ..retry import RetryPolicy
 from . import wire
 from .chords import ChordStore
 
@@ -94,6 +98,10 @@ class Flow:
                 effects.follow_ups.append(self.next_step(effects.correlation_id))
 
         return run
+
+    def wrap(self, call: Callable[[], Awaitable[Any]], ctx: Any) -> Callable[[], Any]:
+        """:meth:`around`, as a wrapper of the handler call (``Job.wrap_call``)."""
+        return self.around(call, ctx.effects)
 
     def next_step(self, correlation_id: str | None) -> FollowUp:
         """The chain's next step, as a follow-up of this one (its id derived from this
@@ -209,3 +217,40 @@ def flow_of(
         chords=chords,
         send=send,
     )
+
+
+class WorkflowStage:
+    """The stage of workflows, in every app's list before the decode stage (a chain's
+    step can arrive at any queue): a delivery with no workflow header, in an app
+    without a status store, passes through at the cost of a few header lookups.
+
+    A malformed workflow header is dead-lettered. A delivery with a :class:`Flow`
+    has its handler call wrapped (:meth:`Flow.around`), its success counted
+    (:meth:`Flow.succeeded`: a failure there is a failed attempt) and its dead letter
+    reported (:meth:`Flow.dead_lettered`)."""
+
+    __slots__ = ("chords", "send")
+
+    def __init__(self, chords: ChordStore | None, send: Send) -> None:
+        self.chords = chords
+        self.send = send
+
+    async def __call__(self, job: Job, call_next: Next) -> Outcome:
+        try:
+            flow = flow_of(job.headers, lambda: job.message_id, self.chords, self.send)
+        except PermanentError as exc:  # a malformed workflow header: dead-lettered
+            return failed(RetryPolicy(), job.type_name, job.attempt, exc)
+        if flow is None:
+            return await call_next(job)
+        job.flow = flow
+        job.wrap_call(flow.wrap)
+        started = time.perf_counter()
+        outcome = await call_next(job)
+        if outcome.decision is ACK:
+            try:  # count a chord member; its callback once complete
+                await flow.succeeded()
+            except Exception as failure:
+                return job.fail(failure, time.perf_counter() - started)
+        elif isinstance(outcome.decision, DeadLetter):
+            await flow.dead_lettered()
+        return outcome

@@ -11,7 +11,8 @@ from rabbitq import App, Message, RetryPolicy
 from rabbitq.amqp import copy
 from rabbitq.amqp import headers as h
 from rabbitq.dlq import DeadMessage
-from rabbitq.retry import EXHAUSTED, DeadLetter, Retry
+from rabbitq.outcome import DeadLetter, Retry
+from rabbitq.retry import EXHAUSTED
 
 WHEN = datetime(2026, 11, 25, 7, 0, tzinfo=UTC)
 

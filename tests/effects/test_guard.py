@@ -19,7 +19,7 @@ from rabbitq.effects.guard import (
     key_of,
     run_once,
 )
-from rabbitq.retry import Retry
+from rabbitq.outcome import Retry
 
 
 class Captured(Message, type="guard.captured"):

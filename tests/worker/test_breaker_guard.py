@@ -8,9 +8,8 @@ import asyncio
 from rabbitq import Breaker
 from rabbitq.breaker import CLOSED, HALF_OPEN, OPEN
 from rabbitq.hooks import Hooks
-from rabbitq.retry import DeadLetter, Retry
+from rabbitq.outcome import ACK, DeadLetter, Retry
 from rabbitq.worker.breaker_guard import BreakerGuard
-from rabbitq.worker.outcome import ACK
 from tests.test_breaker import CONFIG
 
 

@@ -12,9 +12,10 @@ from rabbitq import App, Message, PermanentError, RetryPolicy
 from rabbitq.errors import ConfigurationError
 from rabbitq.hooks import Hooks
 from rabbitq.message import encode
-from rabbitq.retry import DeadLetter
+from rabbitq.outcome import Ack, DeadLetter
+from rabbitq.worker.dispatch import compose, new_job
 from rabbitq.worker.ordering import BLOCKED, Ordering, blocked_outcome, key_of
-from rabbitq.worker.outcome import Ack
+from rabbitq.worker.stages import for_testing
 
 
 class Op(Message, type="test.ordering.op"):
@@ -53,13 +54,14 @@ def app_with(fn: Any, **options: Any) -> App:
 
 async def run_all(ordering: Ordering, app: App, deliveries: list[Fake]) -> list[Any]:
     """As the worker does: arrive in order, run concurrently, settle at task end."""
+    run = compose([ordering], for_testing(app.handlers.values(), middleware=()).run)
     tasks = []
     for d in deliveries:
-        turn = ordering.arrive(d)  # type: ignore[arg-type]
-        coro = ordering.process(app.handlers, "q", d, None, Op.type_name(), attempt=1)
-        task = asyncio.ensure_future(coro)
-        if turn is not None:
-            task.add_done_callback(lambda _, t=turn: ordering.settled(t))
+        job = new_job(app.handlers, "q", d)
+        settled = ordering.arrive(job)
+        task = asyncio.ensure_future(run(job))
+        if settled is not None:
+            task.add_done_callback(settled)
         tasks.append(task)
     return await asyncio.gather(*tasks)
 
@@ -197,9 +199,9 @@ async def test_a_delivery_settled_without_running_leaves_nothing_behind():
     app = app_with(lambda m: None)
     ordering = Ordering("q", app.handlers, Hooks())
     d = Fake(Op(account="a", seq=1))
-    turn = ordering.arrive(d)  # type: ignore[arg-type]
-    assert turn is not None
-    ordering.settled(turn)  # e.g. returned by an open circuit breaker, never processed
+    settled = ordering.arrive(new_job(app.handlers, "q", d))
+    assert settled is not None
+    settled(None)  # e.g. returned by an open circuit breaker, never processed
     assert not ordering._turns and not ordering._tails
 
 

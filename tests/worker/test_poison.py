@@ -1,4 +1,4 @@
-"""Poison input, without a broker: whatever a producer sends, ``process`` decides ack,
+"""Poison input, without a broker: whatever a producer sends, the stage list decides ack,
 retry or dead-letter with a reason, and never raises (property-based, hypothesis)."""
 
 from __future__ import annotations
@@ -13,11 +13,12 @@ from hypothesis import strategies as st
 
 from rabbitq import App, Message, PermanentError
 from rabbitq.amqp import headers as h
-from rabbitq.retry import _MAX_ATTEMPT, INVALID, REASONS, DeadLetter, Retry, parse_attempt
+from rabbitq.outcome import Ack, DeadLetter, Retry
+from rabbitq.retry import _MAX_ATTEMPT, INVALID, REASONS, parse_attempt
 from rabbitq.testing import FakeDelivery, deliver
 from rabbitq.worker import dispatch as dispatch_module
-from rabbitq.worker.dispatch import process
-from rabbitq.worker.outcome import Ack
+from rabbitq.worker.dispatch import new_job
+from rabbitq.worker.stages import for_testing
 
 
 class Order(Message, type="poison.order"):
@@ -103,7 +104,8 @@ def deliveries(draw: st.DrawFn) -> FakeDelivery:
 @settings(max_examples=400, deadline=None)
 @given(deliveries())
 async def test_any_delivery_ends_in_one_decision_with_a_bounded_error(delivery):
-    outcome = await process(APP.handlers, APP.queue, delivery)
+    pipeline = for_testing(APP.handlers.values(), middleware=())
+    outcome = await pipeline.run(new_job(APP.handlers, APP.queue, delivery))
     assert 1 <= outcome.attempt <= _MAX_ATTEMPT
     decision = outcome.decision
     assert isinstance(decision, Ack | Retry | DeadLetter)
@@ -145,8 +147,10 @@ def test_the_default_maximum_body_size_is_four_mebibytes():
 async def test_a_body_over_the_maximum_is_invalid_and_never_parsed(monkeypatch):
     app = make_app(max_body_size=100)
     parsed: list[bytes] = []
-    real = dispatch_module.decode
-    monkeypatch.setattr(dispatch_module, "decode", lambda b, m: parsed.append(b) or real(b, m))
+    real = dispatch_module.decode_body
+    monkeypatch.setattr(
+        dispatch_module, "decode_body", lambda b, m: parsed.append(b) or real(b, m)
+    )
     body = orjson.dumps({"n": 1, "note": "x" * 200})
     result = await deliver(app, body, type="poison.order")
     assert result.dead_lettered and result.reason == INVALID

@@ -1,0 +1,107 @@
+"""The stage list, in one place: which stages a delivery passes through, in which order,
+built once from what the app uses (as dramatiq's ``default_middleware``).
+
+In the worker (:func:`for_worker`)::
+
+    admission   limits and handler slots         worker/admission.py     limited handlers
+    running     the in-handler count and hooks   worker/lifecycle.py     always
+    breaker     an open circuit requeues         worker/breaker_guard.py handlers with a breaker
+    ordering    one message of a key at a time   worker/ordering.py      ordered handlers
+    workflow    chains and chords                workflow/steps.py       always (cheap)
+    decode      unknown type, invalid body       worker/dispatch.py      always
+    middleware  the app's own                    App(middleware=[...])   as given
+    batch       waits for its batch              worker/batching.py      batch handlers
+    attempt     once per key, the handler        worker/dispatch.py      always (the last)
+
+``rabbitq.testing`` runs :func:`for_testing`: the same list from ``workflow`` on, without
+a broker (a batch handler's message runs as a batch of one).
+
+A stage may also take part in the worker's lifecycle, by having any of:
+``arrive(job)`` (called as the delivery arrives, before any await; it returns a
+callback for when the delivery is settled, or None), ``stop()`` (the worker stops
+taking deliveries: let the waiting ones go) and ``async aclose()`` (the worker closes).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from ..effects.guard import Send
+from ..handler import Handler
+from ..job import Job, Next, Stage
+from ..workflow.chords import ChordStore
+from ..workflow.steps import WorkflowStage
+from .batching import alone
+from .dispatch import Attempt, cannot_send, compose, decode
+
+
+class Pipeline:
+    """A built stage list: ``await pipeline.run(job)``, and the stages' lifecycle parts."""
+
+    def __init__(self, stages: Sequence[Stage], last: Attempt) -> None:
+        self.stages = tuple(stages)
+        self.run: Next = compose(self.stages, last)
+        self.arrivals: tuple[Callable[[Job], Any], ...] = tuple(
+            s.arrive for s in self.stages if hasattr(s, "arrive")
+        )
+
+    def stop(self) -> None:
+        """The worker stops taking deliveries: every stage lets its waiting ones go."""
+        for stage in self.stages:
+            stop = getattr(stage, "stop", None)
+            if stop is not None:
+                stop()
+
+    async def aclose(self) -> None:
+        """The worker closes: every stage closes what it holds."""
+        for stage in self.stages:
+            aclose = getattr(stage, "aclose", None)
+            if aclose is not None:
+                await aclose()
+
+
+def _core(
+    handlers: Iterable[Handler],
+    chords: ChordStore | None,
+    send: Send,
+    middleware: Sequence[Stage],
+    batches: Stage,
+) -> list[Stage]:
+    """From ``workflow`` on: the part of the list the worker and the tests share."""
+    stages: list[Stage] = [WorkflowStage(chords, send), decode, *middleware]
+    if any(handler.batch is not None for handler in handlers):
+        stages.append(batches)
+    return stages
+
+
+def for_worker(
+    handlers: Iterable[Handler],
+    *,
+    before: Sequence[Stage | None],
+    middleware: Sequence[Stage],
+    batches: Stage,
+    send: Send,
+    outbox: Any,
+    executor: Any,
+    chords: ChordStore | None,
+) -> Pipeline:
+    """The worker's list: its own stages (``before``: admission, running, breaker,
+    ordering; None for one the app does not use), then the shared part."""
+    handlers = list(handlers)
+    stages = [s for s in before if s is not None]
+    stages += _core(handlers, chords, send, middleware, batches)
+    return Pipeline(stages, Attempt(send, outbox, executor))
+
+
+def for_testing(
+    handlers: Iterable[Handler],
+    *,
+    middleware: Sequence[Stage],
+    send: Send = cannot_send,
+    outbox: Any = None,
+    batches: Stage = alone,
+) -> Pipeline:
+    """``rabbitq.testing``'s list: the worker's without its broker-bound stages."""
+    handlers = list(handlers)
+    return Pipeline(_core(handlers, None, send, middleware, batches), Attempt(send, outbox))
