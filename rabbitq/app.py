@@ -18,6 +18,7 @@ from .amqp.partitions import check_partitions, partition_queue
 from .amqp.publisher import DEFAULT_TIMEOUT as DEFAULT_PUBLISH_TIMEOUT
 from .amqp.publisher import Publisher
 from .amqp.topology import DEFAULT_DELIVERY_LIMIT, DEFAULT_QUEUE_TYPE, QueueType, Topology, plan
+from .backends.defaults import Backend, app_stores
 from .batch import DEFAULT_MAX_SIZE, DEFAULT_MAX_WAIT, BatchLimits
 from .breaker import Breaker
 from .errors import ConfigurationError
@@ -82,17 +83,17 @@ class App:
     ``limit_waiting`` (default: ``prefetch``): when a handler has a ``rate_limit`` or
     ``concurrency``, how many deliveries may wait for their turn on top of the
     ``prefetch`` that run; the broker's prefetch is then the sum of both.
-    ``idempotency`` (default: none) is the store of handled keys for every handler
-    (:class:`~rabbitq.effects.PostgresStore`, :class:`~rabbitq.effects.RedisStore`;
-    see docs/effects.md). ``outbox`` is set by :class:`~rabbitq.effects.Outbox`;
-    ``loaded_as`` by :func:`load_app` (the ``MODULE:APP`` it was found by, for messages
-    that name the app as the user does).
-    ``status`` (default: none) records what happens to every message in that store (a
-    ``PostgresStore`` or ``RedisStore``, the same object as ``idempotency`` if you like,
-    or a :class:`~rabbitq.status.PostgresStatus` / ``RedisStatus``), best effort and off
-    the path of the ack; :meth:`status` reads it back (see docs/status.md).
+    ``idempotency`` (default: none, or ``backend``'s) is the store of handled keys for
+    every handler (:class:`~rabbitq.effects.PostgresStore`, ``RedisStore``; see
+    docs/effects.md). ``outbox`` is set by :class:`~rabbitq.effects.Outbox`; ``loaded_as``
+    by :func:`load_app` (the ``MODULE:APP`` it was found by, for messages naming the app).
+    ``status`` (default: none, or ``backend``'s) records every message's life in that store
+    (a ``PostgresStore``, ``RedisStore``, ``PostgresStatus`` or ``RedisStatus``), best
+    effort, off the path of the ack; :meth:`status` reads it back (see docs/status.md).
     ``partitions=N`` spreads the messages over N single-active-consumer queues by their
-    ordering key, through the consistent-hash exchange (see docs/ordering.md).
+    ordering key, through the consistent-hash exchange (see docs/ordering.md). ``backend``
+    (:class:`~rabbitq.backends.PostgresBackend`, ``RedisBackend``) gives all the stores,
+    chords' too; an ``idempotency`` or ``status`` given as well wins for its kind.
     """
 
     def __init__(
@@ -114,6 +115,7 @@ class App:
         idempotency: IdempotencyStore | None = None,
         status: StatusStore | IdempotencyStore | None = None,
         partitions: int = 0,
+        backend: Backend | None = None,
     ) -> None:
         if prefetch < 1:
             raise ConfigurationError(f"prefetch must be at least 1, not {prefetch}")
@@ -133,6 +135,7 @@ class App:
         self.tls = tls
         self.tracing = tracing or NO_TRACING
         self.limit_waiting = check_limit_waiting(limit_waiting)
+        idempotency, status = app_stores(backend, idempotency, status)  # explicit ones win
         self.idempotency = idempotency
         self.outbox: Outbox | None = None
         self.loaded_as: str | None = None  # "MODULE:APP", when load_app found it

@@ -14,17 +14,29 @@ is ``<base><kind>:...`` (``rabbitq:idem:``, ``rabbitq:status:``, ``rabbitq:wf:``
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
-from .schema import DEFAULT_PREFIX
+from ..errors import ConfigurationError
 from .store import DEFAULT_RETENTION
 
+DEFAULT_PREFIX = "rabbitq_"
+_PREFIX = re.compile(r"^[a-z_][a-z0-9_]{0,40}$")
 DEFAULT_TIMEOUT = 5.0
 DEFAULT_REDIS_URL = "redis://localhost:6379/0"
 DEFAULT_KEY_BASE = "rabbitq:"
 IDEMPOTENCY_KEYS = "idem:"
 STATUS_KEYS = "status:"
 CHORD_KEYS = "wf:"
+
+
+def check_prefix(prefix: str) -> str:
+    """``prefix`` if it makes valid lower-case SQL names, else a ConfigurationError."""
+    if not _PREFIX.match(prefix):
+        raise ConfigurationError(
+            f"table prefix must be lower-case letters, digits and _, not {prefix!r}"
+        )
+    return prefix
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,8 +21,8 @@ from psycopg.types.json import Jsonb
 from ..message import Message, encode
 from ..settings import TLS, redact_url
 from .database import DEFAULT_CONNECT_TIMEOUT, DEFAULT_POOL_SIZE, Conn, Database
-from .location import PostgresLocation
-from .schema import DEFAULT_PREFIX, OutboxSql, check_prefix
+from .location import DEFAULT_PREFIX, PostgresLocation, check_prefix
+from .schema import OutboxSql
 
 DEFAULT_BATCH = 200
 DEFAULT_POLL_INTERVAL = 0.2

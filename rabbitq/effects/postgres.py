@@ -28,8 +28,8 @@ from ..settings import redact_url
 from .batcher import Batcher, FlushCancelled
 from .database import DEFAULT_POOL_SIZE, LINK_ERRORS, Conn, Database
 from .lane import Lane
-from .location import PostgresLocation
-from .schema import DEFAULT_PREFIX, KeysSql, check_prefix
+from .location import DEFAULT_PREFIX, PostgresLocation, check_prefix
+from .schema import KeysSql
 from .store import (
     BUSY,
     DEFAULT_RETENTION,

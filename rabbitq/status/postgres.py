@@ -20,8 +20,7 @@ import orjson
 from psycopg import sql
 
 from ..effects.database import LINK_ERRORS, Database
-from ..effects.location import PostgresLocation
-from ..effects.schema import DEFAULT_PREFIX, check_prefix
+from ..effects.location import DEFAULT_PREFIX, PostgresLocation, check_prefix
 from ..effects.store import DEFAULT_RETENTION, StoreUnavailable, check_positive
 from ..settings import redact_url
 from .group import GroupRecords
