@@ -18,6 +18,7 @@ from .amqp.partitions import check_partitions, partition_queue
 from .amqp.publisher import DEFAULT_TIMEOUT as DEFAULT_PUBLISH_TIMEOUT
 from .amqp.publisher import Publisher
 from .amqp.topology import DEFAULT_DELIVERY_LIMIT, DEFAULT_QUEUE_TYPE, QueueType, Topology, plan
+from .backends.defaults import Backend, app_stores
 from .batch import DEFAULT_MAX_SIZE, DEFAULT_MAX_WAIT, BatchLimits
 from .breaker import Breaker
 from .errors import ConfigurationError
@@ -82,16 +83,17 @@ class App:
     ``limit_waiting`` (default: ``prefetch``): when a handler has a ``rate_limit`` or
     ``concurrency``, how many deliveries may wait for their turn on top of the
     ``prefetch`` that run; the broker's prefetch is then the sum of both.
-    ``idempotency`` (default: none) is the store of handled keys for every handler
-    (:class:`~rabbitq.effects.PostgresStore`, :class:`~rabbitq.effects.RedisStore`;
-    docs/effects.md). ``outbox`` is set by :class:`~rabbitq.effects.Outbox`,
-    ``loaded_as`` by :func:`load_app` (the ``MODULE:APP`` it was found by).
-    ``status`` (default: none) records what happens to every message in that store (a
-    ``PostgresStore`` or ``RedisStore``, the same object as ``idempotency`` if you like,
-    or a :class:`~rabbitq.status.PostgresStatus` / ``RedisStatus``), best effort and off
-    the path of the ack; :meth:`status` reads it back (see docs/status.md).
+    ``idempotency`` (default: none, or ``backend``'s) is the store of handled keys for
+    every handler (:class:`~rabbitq.effects.PostgresStore`, ``RedisStore``; see
+    docs/effects.md). ``outbox`` is set by :class:`~rabbitq.effects.Outbox`; ``loaded_as``
+    by :func:`load_app` (the ``MODULE:APP`` it was found by, for messages naming the app).
+    ``status`` (default: none, or ``backend``'s) records every message's life in that store
+    (a ``PostgresStore``, ``RedisStore``, ``PostgresStatus`` or ``RedisStatus``), best
+    effort, off the path of the ack; :meth:`status` reads it back (see docs/status.md).
     ``partitions=N`` spreads the messages over N single-active-consumer queues by their
-    ordering key, through the consistent-hash exchange (docs/ordering.md).
+    ordering key, through the consistent-hash exchange (see docs/ordering.md). ``backend``
+    (:class:`~rabbitq.backends.PostgresBackend`, ``RedisBackend``) gives all the stores,
+    chords' too; an ``idempotency`` or ``status`` given as well wins for its kind.
     ``middleware``: the app's own stages, run for every decoded delivery before its
     handler, in the worker and in ``rabbitq.testing`` (docs/middleware.md).
     """
@@ -116,6 +118,7 @@ class App:
         status: StatusStore | IdempotencyStore | None = None,
         partitions: int = 0,
         middleware: Sequence[Middleware] = (),
+        backend: Backend | None = None,
     ) -> None:
         if prefetch < 1:
             raise ConfigurationError(f"prefetch must be at least 1, not {prefetch}")
@@ -135,6 +138,7 @@ class App:
         self.tls = tls
         self.tracing = tracing or NO_TRACING
         self.limit_waiting = check_limit_waiting(limit_waiting)
+        idempotency, status = app_stores(backend, idempotency, status)  # explicit ones win
         self.idempotency = idempotency
         self.outbox: Outbox | None = None
         self.loaded_as: str | None = None  # "MODULE:APP", when load_app found it
@@ -348,22 +352,17 @@ class App:
         return view
 
     async def status(self, message_id: str) -> MessageStatus | GroupStatus | None:
-        """What happened to ``message_id`` (its current state, attempts and history), from
-        the app's status store; None if it has no record (unknown, or past retention).
-        Given a workflow's group id, a :class:`~rabbitq.status.GroupStatus` instead: its
-        members by state and its callbacks (docs/status.md).
-        Raises ConfigurationError without ``App(status=...)``, and
-        :class:`~rabbitq.effects.StoreUnavailable` (or the driver's error) when the store
-        cannot be read."""
+        """What happened to ``message_id`` (state, attempts, history) from the app's status
+        store; None without a record. A workflow's group id gives a
+        :class:`~rabbitq.status.GroupStatus` (docs/status.md). ConfigurationError without
+        a status store; :class:`~rabbitq.effects.StoreUnavailable` when it cannot be read."""
         if self.status_writer is None:
             raise ConfigurationError(f"{self!r} has no status store: App(status=...)")
         return await lookup(self.status_writer.store, message_id)
 
     async def result(self, message_id: str) -> Any:
-        """What ``message_id``'s handler returned, as JSON (a dict, list, str, number or
-        bool), kept by the worker in the app's status store; None if it returned nothing
-        or nothing is kept (see docs/workflows.md). Raises ConfigurationError without a
-        PostgreSQL or Redis status store."""
+        """What ``message_id``'s handler returned (JSON), kept in the app's status store;
+        None if nothing is kept (docs/workflows.md). ConfigurationError without one."""
         return await read_result(self, self.status_writer, message_id)
 
     def resolved_url(self, override: str | None = None) -> str:

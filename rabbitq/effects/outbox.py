@@ -20,8 +20,9 @@ from psycopg.types.json import Jsonb
 
 from ..message import Message, encode
 from ..settings import TLS, redact_url
-from .database import DEFAULT_POOL_SIZE, Conn, Database
-from .schema import DEFAULT_PREFIX, OutboxSql, check_prefix
+from .database import DEFAULT_CONNECT_TIMEOUT, DEFAULT_POOL_SIZE, Conn, Database
+from .location import DEFAULT_PREFIX, PostgresLocation, check_prefix
+from .schema import OutboxSql
 
 DEFAULT_BATCH = 200
 DEFAULT_POLL_INTERVAL = 0.2
@@ -56,7 +57,8 @@ class Outbox:
     has one), which is where ``rabbitq outbox relay MODULE:APP`` and transactional
     follow-ups (``ctx.publish`` inside ``ctx.transaction()``) find it.
     ``batch`` rows are relayed at a time, ``poll_interval`` seconds apart when idle;
-    sent rows are kept ``keep_sent`` seconds.
+    sent rows are kept ``keep_sent`` seconds. ``location`` is the database and prefix it
+    shares with the other PostgreSQL stores (:mod:`.location`).
     """
 
     def __init__(
@@ -72,6 +74,7 @@ class Outbox:
     ) -> None:
         self.app = app
         self.sql = OutboxSql(check_prefix(prefix) + "outbox")
+        self.location = PostgresLocation(dsn, prefix, timeout=DEFAULT_CONNECT_TIMEOUT)
         self.db = Database(
             dsn, schema=self.sql.create(), schema_name=self.sql.table, pool_size=pool_size
         )

@@ -28,7 +28,8 @@ from ..settings import redact_url
 from .batcher import Batcher, FlushCancelled
 from .database import DEFAULT_POOL_SIZE, LINK_ERRORS, Conn, Database
 from .lane import Lane
-from .schema import DEFAULT_PREFIX, KeysSql, check_prefix
+from .location import DEFAULT_PREFIX, PostgresLocation, check_prefix
+from .schema import KeysSql
 from .store import (
     BUSY,
     DEFAULT_RETENTION,
@@ -68,6 +69,8 @@ class PostgresStore:
 
     ``retention`` (seconds, default 7 days) is how long a done key is remembered.
     The table is created on first use and by ``rabbitq effects init MODULE:APP``.
+    ``location`` names its companions (the status store, the chord store: same
+    database, same prefix, retention and timeout; see :mod:`.location`).
     ``cleanup_interval`` seconds between deletions of expired keys (None: never; call
     :meth:`cleanup` yourself).
     """
@@ -86,6 +89,7 @@ class PostgresStore:
     ) -> None:
         self.retention = check_positive("retention", retention)
         self.sql = KeysSql(check_prefix(prefix) + "idempotency")
+        self.location = PostgresLocation(dsn, prefix, self.retention, timeout)
         self.db = Database(
             dsn,
             schema=self.sql.create(),

@@ -39,6 +39,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from ..errors import ConfigurationError
 from ..settings import redact_url
 from .batcher import Batcher, FlushCancelled
+from .location import DEFAULT_REDIS_URL, IDEMPOTENCY_KEYS, RedisLocation
 from .store import (
     BUSY,
     DEFAULT_RETENTION,
@@ -50,7 +51,7 @@ from .store import (
     check_positive,
 )
 
-DEFAULT_KEY_PREFIX = "rabbitq:idem:"
+DEFAULT_KEY_PREFIX = "rabbitq:" + IDEMPOTENCY_KEYS  # rabbitq:idem:
 # Pipelines in flight at once, each on its own connection. One is the fastest: the
 # calls issued while it waits for Redis go together in the next (bench.effects on
 # 2 cores: 4 in flight gave 0.46x the no-store rate, 2 0.57x, 1 0.68x).
@@ -185,13 +186,15 @@ class RedisStore:
     how many pipelines may be in flight at once, each on its own connection; ``timeout``
     bounds connecting, each pipeline's round trip and the wait for a free connection.
     ``client`` shares an existing ``redis.asyncio.Redis`` instead of opening one.
+    ``location`` names its companions (the status store, the chord store: same Redis,
+    ``key_prefix`` without ``idem:`` then ``status:`` or ``wf:``; see :mod:`.location`).
     """
 
     transactional = False  # no transaction to lend a handler
 
     def __init__(
         self,
-        url: str = "redis://localhost:6379/0",
+        url: str = DEFAULT_REDIS_URL,
         *,
         retention: float = DEFAULT_RETENTION,
         key_prefix: str = DEFAULT_KEY_PREFIX,
@@ -208,6 +211,7 @@ class RedisStore:
         self.key_prefix = key_prefix
         self.timeout = timeout
         self.pool_size = pool_size
+        self.location = RedisLocation.of(url, key_prefix, IDEMPOTENCY_KEYS, self.retention, timeout)
         self._client = client
         self._owns_client = client is None
         self._ops: Batcher[Op, Status | bool] = Batcher(self._send, max_in_flight=pool_size)

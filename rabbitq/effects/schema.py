@@ -1,32 +1,18 @@
 """The SQL of the PostgreSQL store and outbox: table names and statements, no I/O.
 
-Every name comes from one ``prefix`` (default ``rabbitq_``), so that tests and several
-services can share a database. The schema is created on first use (``open()``) and by
+Every name comes from one ``prefix`` (default ``rabbitq_``, checked by
+:func:`~rabbitq.effects.location.check_prefix`), so that tests and several services can
+share a database. The schema is created on first use (``open()``) and by
 ``rabbitq effects init MODULE:APP``; both are idempotent and serialised by an advisory
 lock, as concurrent ``CREATE TABLE IF NOT EXISTS`` can fail in PostgreSQL.
 """
 
 from __future__ import annotations
 
-import re
 import zlib
 from dataclasses import dataclass
 
 from psycopg import sql
-
-from ..errors import ConfigurationError
-
-DEFAULT_PREFIX = "rabbitq_"
-_PREFIX = re.compile(r"^[a-z_][a-z0-9_]{0,40}$")
-
-
-def check_prefix(prefix: str) -> str:
-    """``prefix`` if it makes valid lower-case SQL names, else a ConfigurationError."""
-    if not _PREFIX.match(prefix):
-        raise ConfigurationError(
-            f"table prefix must be lower-case letters, digits and _, not {prefix!r}"
-        )
-    return prefix
 
 
 def lock_id(name: str) -> int:

@@ -4,8 +4,8 @@ A status store appends records and reads a message's records back; it keeps them
 ``retention`` seconds (as long as the idempotency keys of the same store: 7 days by
 default); a :class:`GroupReader` also reads a workflow group's. ``App(status=...)``
 takes a :class:`StatusStore` (:class:`PostgresStatus`, :class:`RedisStatus`) or an
-idempotency store (``PostgresStore``, ``RedisStore``), whose connection settings and
-retention then make the status store: one object for both.
+idempotency store (``PostgresStore``, ``RedisStore``), whose ``location`` (connection
+settings, prefix, retention) then makes the status store: one object for both.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
+from ..effects.location import PostgresLocation, RedisLocation
 from ..errors import ConfigurationError
 from .group import GroupRecords
 from .model import Record
@@ -45,29 +46,29 @@ class GroupReader(Protocol):
 
 def status_store(store: Any) -> StatusStore:
     """The status store for ``App(status=store)``: ``store`` itself if it is one, else
-    the companion of a ``PostgresStore`` or ``RedisStore`` (same database, same
-    retention; a ``RedisStore``'s timeout too), else a ConfigurationError."""
+    the companion at the ``location`` of a PostgreSQL or Redis store (``PostgresStore``,
+    ``RedisStore``, or a subclass: same database, same prefix, retention and timeout;
+    :mod:`rabbitq.effects.location`), else a ConfigurationError."""
     if isinstance(store, StatusStore):
         return store
-    kind = type(store).__name__
-    if kind == "PostgresStore":
+    location = getattr(store, "location", None)
+    if isinstance(location, PostgresLocation):
         from .postgres import PostgresStatus
 
-        table: str = store.sql.table
         return PostgresStatus(
-            store.db.dsn,
-            retention=store.retention,
-            prefix=table.removesuffix("idempotency"),
+            location.dsn,
+            retention=location.retention,
+            prefix=location.prefix,
+            timeout=location.timeout,
         )
-    if kind == "RedisStore":
+    if isinstance(location, RedisLocation):
         from .redisstatus import RedisStatus
 
-        prefix: str = store.key_prefix
         return RedisStatus(
-            store.url,
-            retention=store.retention,
-            key_prefix=prefix.removesuffix("idem:") + "status:",  # rabbitq:status:
-            timeout=store.timeout,
+            location.url,
+            retention=location.retention,
+            key_prefix=location.status_prefix,  # rabbitq:status:
+            timeout=location.timeout,
         )
     raise ConfigurationError(
         f"status must be a PostgresStore, RedisStore, PostgresStatus or RedisStatus, "

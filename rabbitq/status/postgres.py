@@ -20,7 +20,7 @@ import orjson
 from psycopg import sql
 
 from ..effects.database import LINK_ERRORS, Database
-from ..effects.schema import DEFAULT_PREFIX, check_prefix
+from ..effects.location import DEFAULT_PREFIX, PostgresLocation, check_prefix
 from ..effects.store import DEFAULT_RETENTION, StoreUnavailable, check_positive
 from ..settings import redact_url
 from .group import GroupRecords
@@ -119,7 +119,8 @@ class StatusSql:
 
 class PostgresStatus:
     """Keeps status records in ``<prefix>status`` of the database at ``dsn`` for
-    ``retention`` seconds (default 7 days); the table is created on first use."""
+    ``retention`` seconds (default 7 days); the table is created on first use.
+    ``location`` names its chord store (:mod:`rabbitq.effects.location`)."""
 
     def __init__(
         self,
@@ -133,6 +134,7 @@ class PostgresStatus:
     ) -> None:
         self.retention = check_positive("retention", retention)
         self.sql = StatusSql(check_prefix(prefix) + "status")
+        self.location = PostgresLocation(dsn, prefix, self.retention, timeout)
         self.db = Database(
             dsn,
             schema=self.sql.create(),

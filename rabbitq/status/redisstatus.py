@@ -30,13 +30,14 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
+from ..effects.location import DEFAULT_REDIS_URL, STATUS_KEYS, RedisLocation
 from ..effects.store import StoreUnavailable
 from ..errors import ConfigurationError
 from ..settings import redact_url
 from .group import GroupRecords
 from .model import Record
 
-DEFAULT_KEY_PREFIX = "rabbitq:status:"
+DEFAULT_KEY_PREFIX = "rabbitq:" + STATUS_KEYS  # rabbitq:status:
 DEFAULT_RETENTION = 7 * 24 * 3600.0  # as the idempotency keys'
 CLIENT_NAME = "rabbitq-status"
 READ_BATCH = 1000  # member lists read per round trip
@@ -60,11 +61,12 @@ return #KEYS
 
 class RedisStatus:
     """Keeps status records in Redis at ``url`` under ``key_prefix`` for ``retention``
-    seconds (default 7 days); ``timeout`` bounds connecting and each write."""
+    seconds (default 7 days); ``timeout`` bounds connecting and each write. ``location``
+    names its chord store (:mod:`rabbitq.effects.location`)."""
 
     def __init__(
         self,
-        url: str = "redis://localhost:6379/0",
+        url: str = DEFAULT_REDIS_URL,
         *,
         retention: float = DEFAULT_RETENTION,
         key_prefix: str = DEFAULT_KEY_PREFIX,
@@ -80,6 +82,7 @@ class RedisStatus:
         self.group_prefix = key_prefix.removesuffix(":") + "-group:"
         self.callback_prefix = key_prefix.removesuffix(":") + "-callback:"
         self.timeout = timeout
+        self.location = RedisLocation.of(url, key_prefix, STATUS_KEYS, retention, timeout)
         self._client: aioredis.Redis | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._script: Any = None

@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol
 
+from ..effects.location import PostgresLocation, RedisLocation
 from ..errors import ConfigurationError
 
 __all__ = ["ChordStore", "chord_store"]
@@ -55,24 +56,27 @@ class ChordStore(Protocol):
 
 
 def chord_store(status: Any) -> ChordStore | None:
-    """The chord store beside ``status`` (an app's status store): the same database, the
-    same prefix and retention; None for a store of another kind."""
-    kind = type(status).__name__
-    if kind == "PostgresStatus":
+    """The chord store beside ``status`` (an app's status store): the store at its
+    ``location`` (:mod:`rabbitq.effects.location`: the same database, prefix, retention
+    and timeout); None for a store without one (of another kind)."""
+    location = getattr(status, "location", None)
+    if isinstance(location, PostgresLocation):
         from .chords_pg import PostgresChords
 
-        table: str = status.sql.table
         return PostgresChords(
-            status.db.dsn, prefix=table.removesuffix("status"), retention=status.retention
+            location.dsn,
+            prefix=location.prefix,
+            retention=location.retention,
+            timeout=location.timeout,
         )
-    if kind == "RedisStatus":
+    if isinstance(location, RedisLocation):
         from .chords_redis import RedisChords
 
-        prefix: str = status.key_prefix
         return RedisChords(
-            status.url,
-            key_prefix=prefix.removesuffix("status:") + "wf:",
-            retention=status.retention_ms / 1000,
+            location.url,
+            key_prefix=location.chord_prefix,  # rabbitq:wf:
+            retention=location.retention,
+            timeout=location.timeout,
         )
     return None
 

@@ -24,6 +24,7 @@ from typing import Any
 from psycopg import sql
 
 from ..effects.database import LINK_ERRORS, Database
+from ..effects.location import PostgresLocation
 from ..effects.store import StoreUnavailable
 from ..settings import redact_url
 from .wire import NEW, OTHER, SAME, SENT
@@ -74,6 +75,7 @@ class PostgresChords:
     ) -> None:
         self.prefix = prefix
         self.retention = retention
+        self.location = PostgresLocation(dsn, prefix, retention, timeout)
         self.db = Database(
             dsn,
             schema=_schema(prefix),

@@ -23,6 +23,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 from redis.exceptions import ConnectionError, RedisError, TimeoutError
 
+from ..effects.location import CHORD_KEYS, RedisLocation
 from ..effects.store import StoreUnavailable
 from ..settings import redact_url
 
@@ -67,6 +68,7 @@ class RedisChords:
         self.key_prefix = key_prefix
         self.retention_ms = int(retention * 1000)
         self.timeout = timeout
+        self.location = RedisLocation.of(url, key_prefix, CHORD_KEYS, retention, timeout)
         self._client: aioredis.Redis | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._scripts: tuple[Any, Any, Any] | None = None
