@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from .amqp import headers as h
 from .amqp.properties import message_id_of
-from .errors import ConfigurationError
+from .errors import ConfigurationError, RetryLater
 from .outcome import ACK, REQUEUE, DeadLetter, Outcome
-from .retry import RetryPolicy, after_exception, after_failure
+from .retry import RetryPolicy, after_exception, after_failure, after_retry_later
 
 if TYPE_CHECKING:
     from .context import Context
@@ -167,13 +167,20 @@ class Job:
         text = None if error is None else h.truncate_utf8(error, _MAX_ERROR)
         return Outcome(DeadLetter(reason), self.type_name, self.attempt, error=text)
 
-    def retry(self, error: str | None = None) -> Outcome:
+    def retry(self, error: str | None = None, *, delay: float | None = None) -> Outcome:
         """Count this attempt as failed: the next retry tier of the handler's policy, or
-        the DLQ (``exhausted``) when none is left."""
+        the DLQ (``exhausted``) when none is left. With ``delay`` (seconds), it waits
+        that long in the delay ladder instead of the next tier (as ``RetryLater(delay,
+        count_attempt=True)`` from a handler)."""
         if self.handler is None:
             return self.dead_letter("unknown-type", error)
-        decision = after_failure(self.handler.retry, self.attempt, permanent=False)
+        policy = self.handler.retry
         text = None if error is None else h.truncate_utf8(error, _MAX_ERROR)
+        if delay is not None:
+            later = RetryLater(delay, count_attempt=True)
+            return Outcome(after_retry_later(policy, self.attempt, later), self.type_name,
+                           self.attempt, error=text)  # fmt: skip
+        decision = after_failure(policy, self.attempt, permanent=False)
         return Outcome(decision, self.type_name, self.attempt, error=text)
 
 

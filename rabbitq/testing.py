@@ -1,8 +1,9 @@
 """Test your handlers without a broker.
 
-``deliver`` runs a message through exactly the stage list the worker runs (type
-resolution, decoding, validation, the app's middleware, the handler with its timeout,
-the retry decision; not the broker-bound stages: limits, breakers, ordering) and tells you
+``deliver`` runs a message through exactly the code the worker runs: its stage list
+(type resolution, decoding, validation, the app's middleware, the handler with its
+timeout, the retry decision), without the stages bound to a broker (limits, breakers,
+ordering), and tells you
 what the worker would do with it::
 
     result = await deliver(app, SendEmail(to="a@b.c", subject="hi", body="..."))

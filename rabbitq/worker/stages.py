@@ -28,8 +28,10 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from ..effects.guard import Send
+from ..errors import HandlerNotStarted
 from ..handler import Handler
 from ..job import Job, Next, Stage
+from ..outcome import Outcome
 from ..workflow.chords import ChordStore
 from ..workflow.steps import WorkflowStage
 from .batching import alone
@@ -61,6 +63,26 @@ class Pipeline:
                 await aclose()
 
 
+class _Guarded:
+    """A user's middleware, held to the stage contract: an exception it raises is a
+    failed attempt (retried or dead-lettered as the handler's policy says), never a
+    delivery left unsettled. Cancellation (shutdown) and a handler that found no
+    thread (``HandlerNotStarted``) go on up to the worker, as from any stage."""
+
+    __slots__ = ("middleware",)
+
+    def __init__(self, middleware: Stage) -> None:
+        self.middleware = middleware
+
+    async def __call__(self, job: Job, call_next: Next) -> Outcome:
+        try:
+            return await self.middleware(job, call_next)
+        except HandlerNotStarted:
+            raise
+        except Exception as exc:
+            return job.fail(exc)
+
+
 def _core(
     handlers: Iterable[Handler],
     chords: ChordStore | None,
@@ -69,7 +91,8 @@ def _core(
     batches: Stage,
 ) -> list[Stage]:
     """From ``workflow`` on: the part of the list the worker and the tests share."""
-    stages: list[Stage] = [WorkflowStage(chords, send), decode, *middleware]
+    stages: list[Stage] = [WorkflowStage(chords, send), decode]
+    stages += [_Guarded(m) for m in middleware]
     if any(handler.batch is not None for handler in handlers):
         stages.append(batches)
     return stages

@@ -1,0 +1,155 @@
+"""User middleware (``App(middleware=[...])``, docs/middleware.md), without a broker:
+it reads the message, wraps the handler, answers instead of it, and an exception it
+raises is a failed attempt."""
+
+from __future__ import annotations
+
+import pytest
+
+from rabbitq import App, ConfigurationError, Context, Job, Message, RetryPolicy
+from rabbitq.testing import deliver, deliver_batch
+
+
+class Charge(Message, type="mw.charge"):
+    cents: int
+
+
+class Recording:
+    def __init__(self, seen: list[str], name: str) -> None:
+        self.seen, self.name = seen, name
+
+    async def __call__(self, job: Job, call_next):
+        self.seen.append(f"{self.name}>{job.message.cents}")
+        outcome = await call_next(job)
+        self.seen.append(f"{self.name}<{outcome.kind}")
+        return outcome
+
+
+def app_with(*middleware, retry=RetryPolicy(delays=(1, 10))) -> tuple[App, list[str]]:
+    app = App(queue="mw", retry=retry, middleware=list(middleware))
+    ran: list[str] = []
+
+    @app.handler(Charge)
+    async def charge(msg: Charge, ctx: Context) -> int:
+        ran.append(f"handler {msg.cents}")
+        if msg.cents < 0:
+            raise RuntimeError("negative")
+        return msg.cents * 2
+
+    return app, ran
+
+
+async def test_middleware_wraps_the_handler_in_list_order():
+    seen: list[str] = []
+    app, ran = app_with(Recording(seen, "a"), Recording(seen, "b"))
+    result = await deliver(app, Charge(cents=5))
+    assert result.acked
+    assert seen == ["a>5", "b>5", "b<ack", "a<ack"]
+    assert ran == ["handler 5"]
+
+
+async def test_middleware_sees_a_failed_attempt_as_a_retry_outcome():
+    seen: list[str] = []
+    app, _ = app_with(Recording(seen, "a"))
+    result = await deliver(app, Charge(cents=-1))
+    assert result.retried and result.delay == "1s"
+    assert seen == ["a>-1", "a<retry"]
+
+
+@pytest.mark.parametrize(
+    ("answer", "check"),
+    [
+        (lambda job: job.ack(), lambda r: r.acked and not r.duplicate),
+        (lambda job: job.dead_letter("fraud", "card on a list"),
+         lambda r: r.dead_lettered and r.reason == "fraud" and r.error == "card on a list"),
+        (lambda job: job.retry("later"), lambda r: r.retried and r.delay == "1s"),
+        (lambda job: job.retry(delay=2.5),
+         lambda r: r.retried and r.delay == "2500ms" and r.next_attempt == 2),
+        (lambda job: job.requeue(), lambda r: r.requeued),
+    ],
+)  # fmt: skip
+async def test_middleware_can_answer_instead_of_the_handler(answer, check):
+    class ShortCircuit:
+        async def __call__(self, job, call_next):
+            return answer(job)
+
+    app, ran = app_with(ShortCircuit())
+    result = await deliver(app, Charge(cents=1))
+    assert check(result), result
+    assert ran == []
+
+
+async def test_a_retry_answered_on_the_last_attempt_is_dead_lettered_as_exhausted():
+    class Always:
+        async def __call__(self, job, call_next):
+            return job.retry("still down")
+
+    app, _ = app_with(Always())
+    result = await deliver(app, Charge(cents=1), attempt=3)
+    assert result.dead_lettered and result.reason == "exhausted"
+
+
+async def test_an_exception_in_middleware_is_a_failed_attempt_not_a_lost_message():
+    class Broken:
+        async def __call__(self, job, call_next):
+            raise ValueError("middleware bug")
+
+    app, ran = app_with(Broken())
+    result = await deliver(app, Charge(cents=1))
+    assert result.retried and result.error == "ValueError: middleware bug"
+    last = await deliver(app, Charge(cents=1), attempt=3)
+    assert last.dead_lettered and last.reason == "exhausted"
+    assert ran == []
+
+
+async def test_middleware_reads_headers_state_and_after_the_call_the_result():
+    found: dict[str, object] = {}
+
+    class First:
+        async def __call__(self, job, call_next):
+            job.state["tenant"] = job.headers.get("tenant")
+            return await call_next(job)
+
+    class Second:
+        async def __call__(self, job, call_next):
+            outcome = await call_next(job)
+            found.update(
+                tenant=job.state["tenant"], result=job.result, key=job.ctx.idempotency_key,
+                attempt=job.attempt, type=job.type_name, handler=job.handler.type_name,
+            )  # fmt: skip
+            return outcome
+
+    app, _ = app_with(First(), Second())
+    await deliver(app, Charge(cents=21), headers={"tenant": "acme"}, message_id="m-1")
+    assert found == {
+        "tenant": "acme", "result": 42, "key": "m-1", "attempt": 1,
+        "type": "mw.charge", "handler": "mw.charge",
+    }  # fmt: skip
+
+
+async def test_undecodable_bodies_never_reach_middleware():
+    seen: list[str] = []
+    app, _ = app_with(Recording(seen, "a"))
+    result = await deliver(app, b"not json", type="mw.charge")
+    assert result.dead_lettered and result.reason == "invalid"
+    assert seen == []
+
+
+async def test_middleware_wraps_a_batch_handlers_wait_for_its_batch():
+    seen: list[str] = []
+    app = App(queue="mwb", middleware=[Recording(seen, "a")])
+
+    @app.batch_handler(Charge, max_size=2, max_wait=0.01)
+    async def many(msgs, ctx) -> None:
+        seen.append(f"batch {len(msgs)}")
+
+    results = await deliver_batch(app, [Charge(cents=1), Charge(cents=2)])
+    assert all(r.acked for r in results)
+    assert seen == ["a>1", "a>2", "batch 2", "a<ack", "a<ack"]
+
+
+@pytest.mark.parametrize("bad", [[42], "not a list", [object()]])
+def test_middleware_that_cannot_be_called_is_refused_in_one_line(bad):
+    with pytest.raises(ConfigurationError) as caught:
+        App(queue="mw", middleware=bad)
+    assert "\n" not in str(caught.value) and "middleware" in str(caught.value)
