@@ -21,6 +21,8 @@ import aio_pika
 
 from rabbitq import dlq
 from rabbitq.amqp import headers as h
+from rabbitq.amqp.copy import replay_headers
+from rabbitq.dlq.message import resolve_dlq
 
 DEFAULT_URL = "amqp://guest:guest@127.0.0.1:5672/"
 _FILL_WINDOW = 500
@@ -32,7 +34,7 @@ async def _setup(url: str, n: int) -> tuple[aio_pika.abc.AbstractConnection, str
     connection = await aio_pika.connect(url)
     channel = await connection.channel()
     await channel.declare_queue(queue, durable=True)
-    await channel.declare_queue(dlq.resolve_dlq(queue), durable=True)
+    await channel.declare_queue(resolve_dlq(queue), durable=True)
     pending = []
     for i in range(n):
         headers = h.dead_letter_headers(
@@ -54,7 +56,7 @@ async def _setup(url: str, n: int) -> tuple[aio_pika.abc.AbstractConnection, str
             delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
         )
         pending.append(
-            channel.default_exchange.publish(message, routing_key=dlq.resolve_dlq(queue))
+            channel.default_exchange.publish(message, routing_key=resolve_dlq(queue))
         )
         if len(pending) >= _FILL_WINDOW:
             await asyncio.gather(*pending)
@@ -69,7 +71,7 @@ async def _cleanup(connection: aio_pika.abc.AbstractConnection, queue: str, n: i
     moved = await channel.declare_queue(queue, passive=True)
     count = moved.declaration_result.message_count
     await channel.queue_delete(queue)
-    await channel.queue_delete(dlq.resolve_dlq(queue))
+    await channel.queue_delete(resolve_dlq(queue))
     await connection.close()
     if count != n:
         raise AssertionError(f"{queue}: {count} of {n} messages moved")
@@ -79,13 +81,13 @@ async def baseline(url: str, n: int) -> float:
     """Raw aio-pika, one message at a time: get, publish the copy with confirm, ack."""
     connection, queue = await _setup(url, n)
     channel = await connection.channel(publisher_confirms=True, on_return_raises=True)
-    source = await channel.declare_queue(dlq.resolve_dlq(queue), passive=True)
+    source = await channel.declare_queue(resolve_dlq(queue), passive=True)
     start = time.perf_counter()
     moved = 0
     while (message := await source.get(no_ack=False, fail=False)) is not None:
         copy = aio_pika.Message(
             message.body,
-            headers=dlq.replay_headers(message.headers),
+            headers=replay_headers(message.headers),
             message_id=message.message_id,
             type=message.type,
             content_type=message.content_type,

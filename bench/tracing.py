@@ -32,7 +32,8 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, Spa
 
 import rabbitq.ops.loop
 from rabbitq import App, RetryPolicy, Worker
-from rabbitq.tracing import NO_TRACING, Tracing
+from rabbitq.tracing import Tracing
+from rabbitq.tracing.base import NO_TRACING
 from rabbitq.tracing.otel import OpenTelemetry
 
 from .common import (

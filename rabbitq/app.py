@@ -39,7 +39,7 @@ from .handler import (
 )
 from .job import Middleware, check_middleware
 from .message import Message
-from .ratelimit import RateBackend
+from .ratelimit.gate import RateBackend
 from .retry import RetryPolicy
 from .schedule.spec import DEFAULT_CATCH_UP, CatchUp, Schedules
 from .settings import TLS, join_urls, resolve_url
@@ -149,7 +149,7 @@ class App:
         self.middleware = check_middleware(middleware)  # docs/middleware.md
         self.partitions = check_partitions(partitions)  # docs/ordering.md
         self.partition_index = 0  # of the view that partition()'s worker runs
-        self._base_queue = queue
+        self.partition_base = queue  # partitions: <it>.p0, ...; its views keep it
         self._handlers: dict[str, Handler] = {}
         self.schedules = Schedules()  # @app.schedule(...) registers here (rabbitq.schedule)
         self.topology()  # validate names and arguments now, not at first connect
@@ -326,7 +326,7 @@ class App:
         blocked = any(h.on_dead == "block" for h in self._handlers.values())  # registry
         if self.partitions:  # partition 0's queues and all the rest (amqp.partition_plan)
             return plan_partition(
-                queue=self._base_queue,
+                queue=self.partition_base,
                 exchange=self.exchange,
                 delays_ms={ms for h in self._handlers.values() if not h.ordered_by
                            for ms in h.retry.delays_ms},  # ordered: retried in the worker
@@ -347,7 +347,7 @@ class App:
         """This app as the worker of partition ``index`` sees it: the same handlers,
         ``queue`` that partition's queue (``App(partitions=N)``, docs/ordering.md)."""
         view = copy.copy(self)
-        view.partition_index, view.queue = index, partition_queue(self._base_queue, index)
+        view.partition_index, view.queue = index, partition_queue(self.partition_base, index)
         view.topology()  # the index is checked
         return view
 

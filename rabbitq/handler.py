@@ -12,7 +12,8 @@ from .batch import BatchLimits
 from .breaker import Breaker
 from .errors import ConfigurationError
 from .message import Message
-from .ratelimit import Limit, RateBackend, parse_rate
+from .ratelimit.gate import Limit, RateBackend
+from .ratelimit.rate import parse_rate
 from .retry import RetryPolicy
 
 if TYPE_CHECKING:

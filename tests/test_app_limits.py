@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from rabbitq import App, ConfigurationError, Message
-from rabbitq.ratelimit import LocalRates, parse_rate
-from rabbitq.tracing import NO_TRACING
+from rabbitq.ratelimit import LocalRates
+from rabbitq.ratelimit.rate import parse_rate
+from rabbitq.tracing.base import NO_TRACING
 
 
 class Ping(Message, type="limits.ping"):

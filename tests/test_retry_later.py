@@ -8,7 +8,7 @@ from email.utils import format_datetime
 import pytest
 
 from rabbitq import App, Message, PermanentError, RetryLater, RetryPolicy
-from rabbitq.ladder import MAX_DELAY_MS
+from rabbitq.ladder.plan import MAX_DELAY_MS
 from rabbitq.outcome import DeadLetter, Retry
 from rabbitq.retry import EXHAUSTED, PERMANENT, after_exception, after_retry_later
 from rabbitq.testing import deliver

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from ..dlq import parse_when
+from ..dlq.message import parse_when
 from ..errors import DlqError
 
 if TYPE_CHECKING:

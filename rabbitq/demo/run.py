@@ -30,7 +30,7 @@ from ..errors import BrokerUnavailable, RabbitqError, TopologyMismatch
 from ..ops.containers import docker_available
 from ..ops.run import WorkerSpec, worker_for
 from ..settings import TLS
-from ..worker.lifecycle import Worker
+from ..worker.partitioned import AnyWorker
 from .scenario import (
     DEFAULT_COUNT,
     DEFAULT_TIMEOUT,
@@ -176,7 +176,7 @@ async def run_demo(
     )
 
 
-async def _until_ready(worker: Worker, task: asyncio.Task[None]) -> None:
+async def _until_ready(worker: AnyWorker, task: asyncio.Task[None]) -> None:
     ready = asyncio.create_task(worker.ready.wait())
     done, _ = await asyncio.wait({task, ready}, return_when=asyncio.FIRST_COMPLETED, timeout=30)
     if ready not in done:

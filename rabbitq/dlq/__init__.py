@@ -8,45 +8,28 @@ escaped to be shown), :mod:`.file` (the JSONL export format, pure),
 anything, and the preamble every operation shares), :mod:`.mover` (copy, confirm,
 then ack), :mod:`.operations` (list, show, replay, purge) and :mod:`.transfer`
 (export, read_file, import). It imports nothing from :mod:`rabbitq.worker`.
+
+The package exports the operations and the types they take and give; the helpers
+(``parse_when``, ``reason_of``, ``origin_of``, ``failed_at_of``, ``resolve_dlq``), the
+constants and the copies (:mod:`rabbitq.amqp.copy`) are imported from their modules.
 """
 
-from ..amqp.copy import replay as replay_copy
-from ..amqp.copy import replay_headers
-from ..amqp.copy import stored as stored_copy
-from .message import (
-    BROKER_REASON,
-    DeadMessage,
-    Filters,
-    failed_at_of,
-    origin_of,
-    parse_when,
-    reason_of,
-    resolve_dlq,
-)
-from .operations import DEFAULT_WINDOW, list_messages, purge, replay, show
+from .message import DeadMessage, Filters
+from .message import resolve_dlq as resolve_dlq  # not in __all__: for rabbitq.cli.dlq
+from .operations import list_messages, purge, replay, show
 from .tally import Progress, Tally
 from .transfer import export, import_messages, read_file
 
 __all__ = [
-    "BROKER_REASON",
-    "DEFAULT_WINDOW",
     "DeadMessage",
     "Filters",
     "Progress",
     "Tally",
     "export",
-    "failed_at_of",
     "import_messages",
     "list_messages",
-    "origin_of",
-    "parse_when",
     "purge",
     "read_file",
-    "reason_of",
     "replay",
-    "replay_copy",
-    "replay_headers",
-    "resolve_dlq",
     "show",
-    "stored_copy",
 ]

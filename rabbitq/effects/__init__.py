@@ -8,32 +8,28 @@
 
 Both need an extra: ``pip install 'rabbitq[postgres]'`` or ``'rabbitq[redis]'``. The
 names are imported lazily, so that ``rabbitq.effects`` imports without either driver.
+:class:`IdempotencyStore` is the protocol both stores follow; :class:`StoreUnavailable`
+and :class:`LeaseLost` are what they raise. The rest (the claim states, the relay, the
+batcher) is internal and imported from its module, e.g. ``rabbitq.effects.store``.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .store import BUSY, DONE, NEW, Claim, IdempotencyStore, LeaseLost, Status, StoreUnavailable
+from .store import IdempotencyStore, LeaseLost, StoreUnavailable
 
 if TYPE_CHECKING:
     from .outbox import Outbox
     from .postgres import PostgresStore
     from .redisstore import RedisStore
-    from .relay import Relay
 
 __all__ = [
-    "BUSY",
-    "DONE",
-    "NEW",
-    "Claim",
     "IdempotencyStore",
     "LeaseLost",
     "Outbox",
     "PostgresStore",
     "RedisStore",
-    "Relay",
-    "Status",
     "StoreUnavailable",
 ]
 
@@ -41,7 +37,6 @@ _LAZY = {
     "Outbox": (".outbox", "postgres"),
     "PostgresStore": (".postgres", "postgres"),
     "RedisStore": (".redisstore", "redis"),
-    "Relay": (".relay", "postgres"),
 }
 
 

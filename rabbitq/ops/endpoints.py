@@ -29,7 +29,8 @@ from .metrics import Metrics
 from .sampler import DEFAULT_SAMPLE_INTERVAL, sample_queues
 
 if TYPE_CHECKING:
-    from ..worker.lifecycle import Worker
+    pass
+from ..worker.partitioned import AnyWorker
 
 log = logging.getLogger("rabbitq.metrics")
 
@@ -194,14 +195,14 @@ class EndpointServer:
             self._thread = None
 
 
-def _uses(worker: Worker, metrics: Metrics) -> bool:
+def _uses(worker: AnyWorker, metrics: Metrics) -> bool:
     hooks = worker.hooks
     return hooks is metrics or metrics in getattr(hooks, "hooks", ())
 
 
 @contextlib.asynccontextmanager
 async def serve_metrics(
-    worker: Worker,
+    worker: AnyWorker,
     metrics: Metrics,
     *,
     port: int,

@@ -42,7 +42,7 @@ from ..amqp.droprisk import DropRisk, drop_risks, summary
 from ..amqp.topology import Topology
 from ..ladder.plan import levels_pattern
 from ..settings import Settings, redact_url, scrub
-from ..worker.lifecycle import Worker
+from ..worker.partitioned import AnyWorker
 from .doctor_probe import Management
 from .metrics import Metrics
 
@@ -111,7 +111,7 @@ class QueueWatch:
         self._said_ladder = False
 
     @classmethod
-    def for_worker(cls, worker: Worker, metrics: Metrics | None) -> QueueWatch:
+    def for_worker(cls, worker: AnyWorker, metrics: Metrics | None) -> QueueWatch:
         """The watch of ``worker``'s queues, reporting to ``metrics`` (if any)."""
         override = Settings.from_env().management_url
         management = None if override == OFF else Management.for_broker(worker.url, override)
@@ -266,7 +266,7 @@ def held_by_broker(queue: Mapping[str, Any]) -> int:
 
 
 async def alongside(
-    main: Callable[[], Awaitable[None]], worker: Worker, metrics: Metrics | None
+    main: Callable[[], Awaitable[None]], worker: AnyWorker, metrics: Metrics | None
 ) -> None:
     """Await ``main()`` (the running worker) with ``worker``'s queues watched beside it."""
     watch = QueueWatch.for_worker(worker, metrics)

@@ -30,7 +30,7 @@ from ..settings import TLS, url_password
 from ..status.metrics import StatusMetrics
 from ..worker.handler_pool import THREAD_PREFIX as HANDLER_THREAD_PREFIX
 from ..worker.lifecycle import DEFAULT_GRACE_PERIOD, Worker
-from ..worker.partitioned import PartitionedWorker, homes
+from ..worker.partitioned import AnyWorker, PartitionedWorker, homes
 from . import logs, loop, queue_watch
 from .endpoints import DEFAULT_BIND, serve_metrics
 from .metrics import Metrics
@@ -81,7 +81,7 @@ class Child:
         self.status[2 * self.index + 1] = float(code)
 
 
-def build(spec: WorkerSpec, *, metrics: Metrics | None, child: Child | None = None) -> Worker:
+def build(spec: WorkerSpec, *, metrics: Metrics | None, child: Child | None = None) -> AnyWorker:
     """The worker ``spec`` describes, reporting to ``metrics`` (if any)."""
     app = load_app(spec.app_spec)
     if metrics is not None and app.status_writer is not None:  # App(status=...)
@@ -94,7 +94,7 @@ def build(spec: WorkerSpec, *, metrics: Metrics | None, child: Child | None = No
 
 def worker_for(
     app: App, spec: WorkerSpec, *, hooks: Hooks | None, home: list[int] | None = None
-) -> Worker:
+) -> AnyWorker:
     """A worker for ``app`` (already loaded: the demo builds its own) as ``spec`` says;
     a partitioned app's runs every partition, ``home`` first (worker.partitioned)."""
     if app.partitions:
@@ -161,7 +161,7 @@ def run_child(spec: WorkerSpec, child: Child) -> None:
 
 
 async def _serve(
-    worker: Worker, metrics: Metrics | None, spec: WorkerSpec, child: Child | None
+    worker: AnyWorker, metrics: Metrics | None, spec: WorkerSpec, child: Child | None
 ) -> None:
     if metrics is not None and spec.metrics_port is not None:
         async with serve_metrics(
@@ -196,7 +196,7 @@ async def _serve(
 
 
 async def _pulse(
-    worker: Worker,
+    worker: AnyWorker,
     report: Callable[[float, int], None],
     supervisor_pid: int,
 ) -> None:

@@ -4,25 +4,11 @@
 in one process; ``shared.py`` keeps them in Redis for every process and machine, and
 ``lease.py`` / ``cap.py`` the concurrency places shared there;
 ``gate.py`` is what the worker waits on before a limited handler runs (the worker's
-side is :mod:`rabbitq.worker.admission`). See docs/providers.md.
+side is :mod:`rabbitq.worker.admission`). See docs/providers.md. The package exports
+the two rate backends a user gives an app; the rest is imported from its module.
 """
 
-from .cap import SharedCap
-from .gate import Gate, Limit, RateBackend
-from .local import ConcurrencyCap, LocalRates
-from .rate import Decision, Rate, check, parse_rate
+from .local import LocalRates
 from .shared import RedisRates
 
-__all__ = [
-    "ConcurrencyCap",
-    "Decision",
-    "Gate",
-    "Limit",
-    "LocalRates",
-    "Rate",
-    "RateBackend",
-    "RedisRates",
-    "SharedCap",
-    "check",
-    "parse_rate",
-]
+__all__ = ["LocalRates", "RedisRates"]

@@ -12,39 +12,32 @@ dead-lettered, replayed, purged) and ``await app.status(message_id)`` reads it b
 - :mod:`.metrics`: ``rabbitq_status_records_total``.
 
 :class:`PostgresStatus` and :class:`RedisStatus` need the ``postgres`` or ``redis``
-extra; they are imported lazily.
+extra; they are imported lazily. The package exports what a user reads or passes; the
+folds, the states, the records and the writer are internal, imported from their
+modules (``rabbitq.status.model.fold``).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .backend import GroupReader, StatusStore, status_store
-from .group import MAX_MEMBERS, GroupRecords, GroupStatus, fold_group
-from .model import FINAL, STATES, Entry, MessageStatus, Record, fold
-from .writer import StatusWriter
+from .backend import GroupReader, StatusStore
+from .group import MAX_MEMBERS, GroupStatus
+from .model import Entry, MessageStatus
 
 if TYPE_CHECKING:
     from .postgres import PostgresStatus
     from .redisstatus import RedisStatus
 
 __all__ = [
-    "FINAL",
-    "STATES",
+    "MAX_MEMBERS",
     "Entry",
     "GroupReader",
-    "GroupRecords",
     "GroupStatus",
-    "MAX_MEMBERS",
     "MessageStatus",
     "PostgresStatus",
-    "Record",
     "RedisStatus",
     "StatusStore",
-    "StatusWriter",
-    "fold",
-    "fold_group",
-    "status_store",
 ]
 
 _LAZY = {"PostgresStatus": (".postgres", "postgres"), "RedisStatus": (".redisstatus", "redis")}

@@ -3,30 +3,15 @@
 ``base.py`` is the observer the worker calls (a no-op by default); ``otel.py`` makes
 OpenTelemetry spans that follow the messaging semantic conventions for RabbitMQ;
 ``logs.py`` puts the current trace and span ids on log records. See docs/providers.md.
+The package exports :class:`OpenTelemetry`, :class:`TraceIds` and :class:`Tracing` (the
+type of ``App(tracing=...)``); the header names and span types are internal, imported
+from ``rabbitq.tracing.base``.
 """
 
-from .base import (
-    NO_TRACING,
-    PREVIOUS_SPAN,
-    TRACEPARENT,
-    TRACESTATE,
-    DeliverySpan,
-    SendSpan,
-    Tracing,
-)
+from .base import Tracing
 from .logs import TraceIds
 
-__all__ = [
-    "NO_TRACING",
-    "PREVIOUS_SPAN",
-    "TRACEPARENT",
-    "TRACESTATE",
-    "DeliverySpan",
-    "OpenTelemetry",
-    "SendSpan",
-    "TraceIds",
-    "Tracing",
-]
+__all__ = ["OpenTelemetry", "TraceIds", "Tracing"]
 
 
 def __getattr__(name: str) -> object:

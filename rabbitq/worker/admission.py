@@ -24,7 +24,8 @@ from ..app import App
 from ..hooks import Hooks
 from ..job import Job, Next
 from ..outcome import Outcome
-from ..ratelimit import Gate, Limit, LocalRates, RateBackend
+from ..ratelimit import LocalRates
+from ..ratelimit.gate import Gate, Limit, RateBackend
 
 
 class Admission:

@@ -19,7 +19,6 @@ import asyncio
 import contextlib
 import functools
 import logging
-import signal
 from collections.abc import Sequence
 
 import aiormq.abc
@@ -56,7 +55,7 @@ from .ordering import Ordering
 from .settle import REQUEUE_BACKOFF, Settler
 from .spans import trace_delivery
 from .stages import for_worker
-from .stopping import drain, unless_stopped
+from .stopping import drain, run_until_stopped
 
 log = logging.getLogger("rabbitq.worker")
 
@@ -87,6 +86,11 @@ class Worker:
     ) -> None:
         if not app.handlers:
             raise ConfigurationError(f"{app!r} has no handlers: register one with @app.handler")
+        if app.partitions and app.queue == app.partition_base:
+            raise ConfigurationError(
+                f"App(partitions={app.partitions}) runs with PartitionedWorker(app) (as "
+                "`rabbitq worker` does), or one partition with Worker(app.partition(i))"
+            )
         self.app = app
         self.url = app.resolved_url(url)
         self.tls = tls or app.tls
@@ -216,25 +220,7 @@ class Worker:
 
     async def run(self, *, install_signal_handlers: bool = False) -> None:
         """Start, run until stopped, then drain and close."""
-        loop = asyncio.get_running_loop()
-        if install_signal_handlers:
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                loop.add_signal_handler(sig, self._on_signal, sig)
-        try:
-            if await unless_stopped(self.start(), self._stop):  # SIGTERM while connecting
-                await self._stop.wait()
-        finally:
-            await self.shutdown()
-            if install_signal_handlers:
-                for sig in (signal.SIGTERM, signal.SIGINT):
-                    loop.remove_signal_handler(sig)
-
-    def _on_signal(self, sig: signal.Signals) -> None:
-        if self._stop.is_set():
-            log.warning("%s again: still draining (grace period %gs)", sig.name, self.grace_period)
-            return
-        log.info("%s received: draining", sig.name)
-        self.stop()
+        await run_until_stopped(self, self._stop, install_signal_handlers=install_signal_handlers)
 
     async def shutdown(self) -> None:
         """Stop taking deliveries, let handlers finish within the grace period, requeue
@@ -252,10 +238,7 @@ class Worker:
         await drain(self._tasks, self._handling, self.grace_period, settle)
         if self._watching:
             self._watching.cancel()
-        if self._acker is not None:
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(0.5 if self.consumer.blocked else CLOSE_TIMEOUT):
-                    await self._acker.flush()  # the acks still waiting to be coalesced
+        await self._flush_acks(0.5 if self.consumer.blocked else CLOSE_TIMEOUT)
         connected = self._connection is not None
         await self._close_connection()
         self._executor.shutdown()
@@ -266,6 +249,37 @@ class Worker:
         await self.app.tracing.flush()
         if connected:  # a worker that never connected just reports the error
             log.info("worker for %r stopped", self._queue_name)
+
+    def freeze(self) -> None:
+        """Start no delivery any more (each stage's ``freeze``: an ordered key's next
+        message stays held here, unstarted, until the connection closes)."""
+        self.pipeline.freeze()
+
+    async def drain_then_close(self) -> None:
+        """Stop in order (a partition's worker, worker.partitioned): start nothing more,
+        let the handlers that run finish and settle within the grace period, send the
+        acks, then close the connection, which gives the broker back every delivery
+        still held, in queue order, and the consumer with them. Cancelling the consumer
+        first (what :meth:`shutdown` does) would let another process start later
+        messages of a key while an earlier one still runs here. :meth:`shutdown` after
+        it only tidies up."""
+        self.freeze()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(self.grace_period):
+                await self.pipeline.idle()  # no handler of a held stage runs
+                settling = self._tasks - self._handling  # out of the list: acks, copies
+                if settling:
+                    await asyncio.wait(settling)
+        await self._flush_acks(5.0)
+        await self._close_connection()
+        for task in list(self._tasks):  # never started: returned by the close
+            task.cancel()
+
+    async def _flush_acks(self, limit: float) -> None:
+        if self._acker is not None:
+            with contextlib.suppress(Exception):
+                async with asyncio.timeout(limit):
+                    await self._acker.flush()  # the acks still waiting to be coalesced
 
     def _on_blocked(self, why: str | None) -> None:
         self.hooks.connection_blocked(why)

@@ -42,6 +42,7 @@ from ..app import App
 from ..errors import ConfigurationError
 from ..hooks import Hooks
 from .lifecycle import Worker
+from .stopping import run_until_stopped
 
 log = logging.getLogger("rabbitq.worker")
 
@@ -59,9 +60,12 @@ def homes(partitions: int, index: int, processes: int) -> list[int]:
     return own or list(range(partitions))  # more processes than partitions: stand by
 
 
-class PartitionedWorker(Worker):
-    """Runs every partition of ``app``: itself the worker of its first home partition,
-    with one more :class:`Worker` per other partition (``partitions``)."""
+class PartitionedWorker:
+    """Runs every partition of ``app`` in one process: one :class:`Worker` per partition
+    queue (``partitions``), the home ones started first. It has a worker's interface
+    (``run``, ``stop``, ``shutdown``, ``health``, ``ready``), and for the rest (``app``,
+    ``url``, ``topology``, ``connection``, ...) it answers as its first home
+    partition's worker (``first``)."""
 
     def __init__(
         self,
@@ -72,28 +76,93 @@ class PartitionedWorker(Worker):
         rebalance_interval: float = REBALANCE_INTERVAL,
         **options: Any,
     ) -> None:
-        self.home = sorted(home) if home else list(range(app.partitions))
-        first = self.home[0]
-        super().__init__(app.partition(first), **options)
-        self.consume_args["x-priority"] = HOME_PRIORITY
+        if not app.partitions:
+            raise ConfigurationError(f"{app!r} has no partitions: run it with Worker(app)")
         self.whole = app
+        self.home = sorted(home) if home else list(range(app.partitions))
         self._seen = _Seen()
-        self._options = {**options, "hooks": [self.hooks, self._seen]}
-        self.partitions: dict[int, Worker] = {first: self}
+        first = self._worker(self.home[0], options, extra=self._seen)
+        self._options = {**options, "hooks": [first.hooks, self._seen]}
+        self.first = first
+        self.partitions: dict[int, Worker] = {self.home[0]: first}
         for index in range(app.partitions):
-            if index != first:
-                self.partitions[index] = self._worker(index)
+            if index != self.home[0]:
+                self.partitions[index] = self._worker(index, self._options)
         self.standby_delay = standby_delay
         self.rebalance_interval = rebalance_interval
+        self.grace_period = first.grace_period
         self._started: list[Worker] = []
+        self._stop = asyncio.Event()
         self._later: asyncio.Task[None] | None = None
         self._rebalancing: asyncio.Task[None] | None = None
+        self._stopping = False
         self.yielded = 0  # stand-by partitions given back to the line (rebalance)
 
-    def _worker(self, index: int) -> Worker:
-        worker = Worker(self.whole.partition(index), **self._options)
+    def _worker(self, index: int, options: dict[str, Any], extra: Hooks | None = None) -> Worker:
+        if extra is not None:
+            hooks = options.get("hooks")
+            listed = hooks if isinstance(hooks, list) else ([hooks] if hooks else [])
+            options = {**options, "hooks": [*listed, extra]}
+        worker = Worker(self.whole.partition(index), **options)
         worker.consume_args["x-priority"] = HOME_PRIORITY if index in self.home else 0
         return worker
+
+    # -- what a worker answers: the first home partition's --------------------------------
+
+    @property
+    def app(self) -> App:
+        """The first home partition's view of the app."""
+        return self.first.app
+
+    @property
+    def url(self) -> str:
+        """The broker URL every partition connects to."""
+        return self.first.url
+
+    @property
+    def tls(self) -> Any:
+        """The TLS settings every partition connects with."""
+        return self.first.tls
+
+    @property
+    def hooks(self) -> Hooks:
+        """The hooks every partition reports to."""
+        return self.first.hooks
+
+    @property
+    def topology(self) -> Any:
+        """The first home partition's topology (the app's exchanges and the DLQ)."""
+        return self.first.topology
+
+    @property
+    def keeper(self) -> Any:
+        """The first home partition's keeper (its copy channel)."""
+        return self.first.keeper
+
+    @property
+    def connection(self) -> Any:
+        """The first home partition's connection while it runs."""
+        return self.first.connection
+
+    @property
+    def ready(self) -> asyncio.Event:
+        """Set while the first home partition is ready (see :meth:`health` for all)."""
+        return self.first.ready
+
+    @property
+    def started(self) -> list[str]:
+        """The partition queues this process consumes now (home and stand-by)."""
+        return [worker.app.queue for worker in self._started]
+
+    # -- the lifecycle --------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Ask :meth:`run` to stop every partition and return. Signal-safe."""
+        self._stop.set()
+
+    async def run(self, *, install_signal_handlers: bool = False) -> None:
+        """Start, run until stopped, then stop every partition in order."""
+        await run_until_stopped(self, self._stop, install_signal_handlers=install_signal_handlers)
 
     async def start(self) -> None:
         """Check the broker has the consistent-hash exchange (on a connection of its own:
@@ -107,9 +176,7 @@ class PartitionedWorker(Worker):
                 await probing.close()
         if problem is not None:
             raise ConfigurationError(problem)
-        await super().start()
-        self._started.append(self)
-        for index in self.home[1:]:
+        for index in self.home:
             await self._start(self.partitions[index])
         standby = [w for i, w in self.partitions.items() if i not in self.home]
         if standby:
@@ -117,7 +184,7 @@ class PartitionedWorker(Worker):
             self._rebalancing = asyncio.create_task(self._rebalance())
         log.info(
             "partitions of %r: home %s, stand-by for the other %d",
-            self.app.queue.rpartition(".")[0], self.home, len(standby),
+            self.whole.queue, self.home, len(standby),
         )  # fmt: skip
 
     async def _start(self, worker: Worker) -> None:
@@ -147,11 +214,9 @@ class PartitionedWorker(Worker):
     async def _give_back(self, index: int, worker: Worker) -> None:
         log.info("giving %r back to the line (a stand-by partition)", worker.app.queue)
         self._started.remove(worker)
-        if worker.ordering is not None:
-            await _drain_then_close([worker], self.grace_period)
-        await worker.shutdown()
+        await _stop_all([worker])
         self._seen.forget(worker.app.queue)
-        fresh = self.partitions[index] = self._worker(index)
+        fresh = self.partitions[index] = self._worker(index, self._options)
         self.yielded += 1
         try:
             await self._start(fresh)
@@ -168,25 +233,35 @@ class PartitionedWorker(Worker):
 
     def health(self) -> str | None:
         """The first partition's reason not to be ready, or None."""
-        for worker in self._started or [self]:
-            reason = Worker.health(worker)
+        for worker in self._started or [self.first]:
+            reason = worker.health()
             if reason is not None:
-                return f"{worker.app.queue}: {reason}" if worker is not self else reason
+                return f"{worker.app.queue}: {reason}" if worker is not self.first else reason
         return None
 
     async def shutdown(self) -> None:
-        """Stop every partition; with ordered handlers, drain before giving back."""
+        """Stop every partition; with ordered handlers, drain before giving back.
+        Idempotent."""
+        if self._stopping:
+            return
+        self._stopping = True
         for task in (self._later, self._rebalancing):
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
-        started = list(self._started)
-        if self.ordering is not None and not self.consumer.stopping:
-            await _drain_then_close(started, self.grace_period)
-        await asyncio.gather(
-            Worker.shutdown(self), *(w.shutdown() for w in started if w is not self)
-        )
+        await _stop_all([*self._started, *(w for w in [self.first] if w not in self._started)])
+
+
+async def _stop_all(workers: list[Worker]) -> None:
+    """Stop ``workers``: those with ordered handlers in order (all frozen first, then
+    each drained and closed: :meth:`Worker.drain_then_close`), then every one's own
+    shutdown."""
+    ordered = [w for w in workers if w.ordering is not None]
+    for worker in ordered:
+        worker.freeze()
+    await asyncio.gather(*(w.drain_then_close() for w in ordered))
+    await asyncio.gather(*(w.shutdown() for w in workers))
 
 
 class _Seen(Hooks):
@@ -217,33 +292,6 @@ async def _consumers(worker: Worker) -> int:
     return depth.consumers
 
 
-async def _drain_then_close(workers: list[Worker], grace_period: float) -> None:
-    """Start nothing more, let the running ordered handlers finish (within the grace
-    period), then close each worker's connection in order (:func:`_close_in_order`)."""
-    for worker in workers:
-        if worker.ordering is not None:
-            worker.ordering.freeze()
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + grace_period
-    while loop.time() < deadline and any(
-        w.ordering is not None and w.ordering.running for w in workers
-    ):
-        await asyncio.sleep(0.05)
-    await asyncio.sleep(0.2)  # the last handlers' acks and copies
-    for worker in workers:
-        await _close_in_order(worker)
-
-
-async def _close_in_order(worker: Worker) -> None:
-    """Send the worker's acks, close its connection (the broker takes back every
-    delivery it holds, in queue order, and its consumer with them), then end the tasks
-    of the deliveries that never started. (A worker's own parts, reached from here so
-    that the plain worker's stopping stays as it is.)"""
-    acker = worker._acker
-    if acker is not None:
-        with contextlib.suppress(Exception):
-            async with asyncio.timeout(5.0):
-                await acker.flush()
-    await worker._close_connection()
-    for task in list(worker._tasks):
-        task.cancel()
+AnyWorker = Worker | PartitionedWorker
+"""What runs an app: a :class:`Worker`, or a :class:`PartitionedWorker` for
+``App(partitions=N)`` (both have ``run``, ``stop``, ``health``, ``ready``, ``app``...)."""

@@ -19,7 +19,9 @@ a broker (a batch handler's message runs as a batch of one).
 A stage may also take part in the worker's lifecycle, by having any of:
 ``arrive(job)`` (called as the delivery arrives, before any await; it returns a
 callback for when the delivery is settled, or None), ``stop()`` (the worker stops
-taking deliveries: let the waiting ones go) and ``async aclose()`` (the worker closes).
+taking deliveries: let the waiting ones go), ``async aclose()`` (the worker closes),
+and for a stage that holds deliveries in order, ``freeze()`` and an ``idle`` event
+(a partition's worker stopping in order: ``Worker.drain_then_close``).
 """
 
 from __future__ import annotations
@@ -54,6 +56,21 @@ class Pipeline:
             stop = getattr(stage, "stop", None)
             if stop is not None:
                 stop()
+
+    def freeze(self) -> None:
+        """Start nothing more (a partition's worker stopping in order): each stage that
+        holds deliveries (ordering) keeps them unstarted."""
+        for stage in self.stages:
+            freeze = getattr(stage, "freeze", None)
+            if freeze is not None:
+                freeze()
+
+    async def idle(self) -> None:
+        """Until no stage that holds deliveries has one inside the rest of the list."""
+        for stage in self.stages:
+            idle = getattr(stage, "idle", None)
+            if idle is not None:
+                await idle.wait()
 
     async def aclose(self) -> None:
         """The worker closes: every stage closes what it holds."""

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import signal
 from collections.abc import Coroutine
-from typing import Any
+from typing import Any, Protocol
 
 log = logging.getLogger("rabbitq.worker")
 
@@ -50,3 +51,40 @@ async def drain(
         await asyncio.wait(list(tasks), timeout=settle)
         for task in [t for t in tasks if not t.done()]:
             task.cancel()
+
+
+class Startable(Protocol):
+    """What :func:`run_until_stopped` runs: a worker, one partition's or a whole app's."""
+
+    grace_period: float
+
+    async def start(self) -> None: ...
+    async def shutdown(self) -> None: ...
+
+
+async def run_until_stopped(
+    runner: Startable, stop: asyncio.Event, *, install_signal_handlers: bool
+) -> None:
+    """Start ``runner``, wait until ``stop`` is set (or SIGTERM/SIGINT, with
+    ``install_signal_handlers``), then shut it down; a stop while it starts cancels the
+    start."""
+    loop = asyncio.get_running_loop()
+
+    def on_signal(sig: signal.Signals) -> None:
+        if stop.is_set():
+            log.warning("%s again: still draining (grace period %gs)", sig.name,
+                        runner.grace_period)  # fmt: skip
+            return
+        log.info("%s received: draining", sig.name)
+        stop.set()
+
+    signals = (signal.SIGTERM, signal.SIGINT) if install_signal_handlers else ()
+    for sig in signals:
+        loop.add_signal_handler(sig, on_signal, sig)
+    try:
+        if await unless_stopped(runner.start(), stop):  # SIGTERM while connecting
+            await stop.wait()
+    finally:
+        await runner.shutdown()
+        for sig in signals:
+            loop.remove_signal_handler(sig)

@@ -11,7 +11,8 @@ import pytest
 from rabbitq import App, ConfigurationError, Message
 from rabbitq.backends import PostgresBackend, RedisBackend
 from rabbitq.effects import PostgresStore, RedisStore
-from rabbitq.status import PostgresStatus, RedisStatus, status_store
+from rabbitq.status import PostgresStatus, RedisStatus
+from rabbitq.status.backend import status_store
 from rabbitq.workflow.chords import chord_store
 from rabbitq.workflow.chords_pg import PostgresChords
 from rabbitq.workflow.chords_redis import RedisChords

@@ -18,7 +18,7 @@ from datetime import datetime
 from pathlib import Path
 
 from rabbitq import App, Context, Message
-from rabbitq.ladder import DUE
+from rabbitq.ladder.plan import DUE
 
 
 class Reminder(Message, type="chaos.delay.reminder"):

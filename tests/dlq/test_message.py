@@ -8,16 +8,10 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from rabbitq.amqp import headers as h
-from rabbitq.dlq import (
-    DeadMessage,
-    Filters,
-    origin_of,
-    parse_when,
-    reason_of,
-    replay_copy,
-    replay_headers,
-    resolve_dlq,
-)
+from rabbitq.amqp.copy import replay as replay_copy
+from rabbitq.amqp.copy import replay_headers
+from rabbitq.dlq import DeadMessage, Filters
+from rabbitq.dlq.message import origin_of, parse_when, reason_of, resolve_dlq
 from rabbitq.errors import DlqError
 
 DEATH = {"reason": "delivery_limit", "queue": "emails", "time": datetime(2024, 5, 1, tzinfo=UTC)}

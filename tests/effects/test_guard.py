@@ -8,7 +8,7 @@ import contextlib
 import pytest
 
 from rabbitq import Message, RetryPolicy
-from rabbitq.effects import DONE, NEW, StoreUnavailable
+from rabbitq.effects import StoreUnavailable
 from rabbitq.effects.followups import CAUSATION_ID, follow_up_id
 from rabbitq.effects.guard import (
     BUSY_ELSEWHERE,
@@ -19,6 +19,7 @@ from rabbitq.effects.guard import (
     key_of,
     run_once,
 )
+from rabbitq.effects.store import DONE, NEW
 from rabbitq.outcome import Retry
 
 

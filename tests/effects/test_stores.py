@@ -7,8 +7,8 @@ import asyncio
 import pytest
 import redis.asyncio as aioredis
 
-from rabbitq.effects import BUSY, DONE, NEW, StoreUnavailable, redisstore
-from rabbitq.effects.store import LEASE_MARGIN, Claim, lease_for
+from rabbitq.effects import StoreUnavailable, redisstore
+from rabbitq.effects.store import BUSY, DONE, LEASE_MARGIN, NEW, Claim, lease_for
 from rabbitq.errors import ConfigurationError
 
 

@@ -7,7 +7,8 @@ import asyncio
 
 import pytest
 
-from rabbitq.effects import BUSY, DONE, NEW, LeaseLost
+from rabbitq.effects import LeaseLost
+from rabbitq.effects.store import BUSY, DONE, NEW
 
 
 async def _effects(pg, table: str) -> list[str]:

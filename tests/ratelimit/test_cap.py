@@ -10,8 +10,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from rabbitq.ratelimit import SharedCap
-from rabbitq.ratelimit.cap import Unreachable
+from rabbitq.ratelimit.cap import SharedCap, Unreachable
 from tests.helpers import wait_for
 
 

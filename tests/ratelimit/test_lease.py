@@ -16,8 +16,9 @@ from collections.abc import AsyncIterator, Sequence
 import pytest
 
 from rabbitq.errors import ConfigurationError
-from rabbitq.ratelimit import Gate, LocalRates, RedisRates, SharedCap
-from rabbitq.ratelimit.cap import Unreachable
+from rabbitq.ratelimit import LocalRates, RedisRates
+from rabbitq.ratelimit.cap import SharedCap, Unreachable
+from rabbitq.ratelimit.gate import Gate
 from rabbitq.ratelimit.lease import RedisPlaces
 from tests.helpers import REDIS_URL
 
@@ -223,7 +224,8 @@ async def test_the_gate_uses_a_shared_cap_only_with_a_shared_limiter(prefix: str
 
 _HOLDER = """
 import asyncio, sys
-from rabbitq.ratelimit import RedisRates, SharedCap
+from rabbitq.ratelimit import RedisRates
+from rabbitq.ratelimit.cap import SharedCap
 
 async def main(url, prefix):
     cap = SharedCap(RedisRates(url, prefix=prefix, lease=2.0).places("k", 2))

@@ -12,7 +12,8 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
-from rabbitq.ratelimit import RedisRates, SharedCap
+from rabbitq.ratelimit import RedisRates
+from rabbitq.ratelimit.cap import SharedCap
 from tests.helpers import REDIS_URL
 from tests.redis_node import RedisNode
 

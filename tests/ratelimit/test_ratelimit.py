@@ -8,7 +8,10 @@ from collections import Counter
 import pytest
 
 from rabbitq.errors import ConfigurationError
-from rabbitq.ratelimit import ConcurrencyCap, Gate, LocalRates, Rate, check, parse_rate
+from rabbitq.ratelimit import LocalRates
+from rabbitq.ratelimit.gate import Gate
+from rabbitq.ratelimit.local import ConcurrencyCap
+from rabbitq.ratelimit.rate import Rate, check, parse_rate
 
 
 @pytest.mark.parametrize(

@@ -12,7 +12,8 @@ import sys
 
 import pytest
 
-from rabbitq.ratelimit import RedisRates, parse_rate
+from rabbitq.ratelimit import RedisRates
+from rabbitq.ratelimit.rate import parse_rate
 from tests.helpers import REDIS_URL, window_spans
 
 redis_asyncio = pytest.importorskip("redis.asyncio")
@@ -76,7 +77,8 @@ async def test_a_client_passed_in_is_not_closed(prefix: str) -> None:
 
 _CHILD = """
 import asyncio, sys, time
-from rabbitq.ratelimit import RedisRates, parse_rate
+from rabbitq.ratelimit import RedisRates
+from rabbitq.ratelimit.rate import parse_rate
 
 async def main(url, prefix, n):
     rates = RedisRates(url, prefix=prefix)

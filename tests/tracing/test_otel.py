@@ -17,7 +17,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import (
 )
 from opentelemetry.trace import SpanKind, StatusCode
 
-from rabbitq.tracing import NO_TRACING, PREVIOUS_SPAN, TRACEPARENT, TraceIds
+from rabbitq.tracing import TraceIds
+from rabbitq.tracing.base import NO_TRACING, PREVIOUS_SPAN, TRACEPARENT
 from rabbitq.tracing.otel import OpenTelemetry
 
 

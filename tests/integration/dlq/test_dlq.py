@@ -21,6 +21,7 @@ from click.testing import CliRunner, Result
 from rabbitq import App, dlq
 from rabbitq.amqp import headers as h
 from rabbitq.cli import main
+from rabbitq.dlq.operations import DEFAULT_WINDOW
 from tests.helpers import declare_topology, drain_queue, queue_depth, wait_for
 
 
@@ -348,7 +349,7 @@ async def test_a_replay_cut_half_way_then_run_again_loses_nothing_and_reports_du
     assert f"{summary['possible_duplicates']} possible duplicate(s)" in error
     assert 0 < summary["done"] < n and summary["possible_duplicates"] > 0
     # bounded by what can be in flight: the confirm window plus the acks not yet proven
-    assert summary["possible_duplicates"] <= 2 * dlq.DEFAULT_WINDOW
+    assert summary["possible_duplicates"] <= 2 * DEFAULT_WINDOW
 
     # the broker lets go of the cut run's unacked messages once it sees the connection
     # gone (at once here; after a heartbeat timeout on a real network fault)

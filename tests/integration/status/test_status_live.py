@@ -11,7 +11,8 @@ import pytest
 
 from rabbitq import Context, Message, PermanentError, RetryPolicy, Worker, dlq
 from rabbitq.effects import PostgresStore, RedisStore
-from rabbitq.status import PostgresStatus, RedisStatus, status_store
+from rabbitq.status import PostgresStatus, RedisStatus
+from rabbitq.status.backend import status_store
 from tests.helpers import REDIS_URL, Recorder, running, wait_for
 
 pytestmark = [pytest.mark.broker]

@@ -86,9 +86,9 @@ async def test_a_blocked_key_stays_blocked_when_its_partition_moves(make_app, co
     )
     tasks = [asyncio.create_task(first.run())]
     try:
-        await wait_for(lambda: len(first._started) == 2, timeout=15)  # active on both
+        await wait_for(lambda: len(first.started) == 2, timeout=15)  # active on both
         tasks.append(asyncio.create_task(second.run()))  # stands by on both
-        await wait_for(lambda: len(second._started) == 2, timeout=15)
+        await wait_for(lambda: len(second.started) == 2, timeout=15)
         async with app.publisher() as pub:
             await pub.publish(Posting(account="a", seq=1))
         await wait_for(lambda: _depth_is(connection, dlq, 1), timeout=10)

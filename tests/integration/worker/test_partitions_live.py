@@ -46,9 +46,9 @@ async def test_a_returning_home_process_gets_its_partition_back_in_order(make_ap
     a = PartitionedWorker(app, home=[0], standby_delay=0.1, rebalance_interval=1.0, hooks=a_hooks)
     tasks = [asyncio.create_task(b.run())]
     try:
-        await wait_for(lambda: len(b._started) == 2, timeout=15)  # b active on both
+        await wait_for(lambda: len(b.started) == 2, timeout=15)  # b active on both
         tasks.append(asyncio.create_task(a.run()))  # a's home p0 waits behind b
-        await wait_for(lambda: len(a._started) == 2, timeout=15)
+        await wait_for(lambda: len(a.started) == 2, timeout=15)
         async with app.publisher() as pub:
             for seq in range(1, 121):
                 await asyncio.gather(*(pub.publish(Step(key=f"k{k}", seq=seq)) for k in range(8)))

@@ -153,7 +153,7 @@ async def test_the_replay_command_traces_with_the_apps_tracing(
     from click.testing import CliRunner
 
     from rabbitq.cli import main
-    from rabbitq.tracing import PREVIOUS_SPAN, TRACEPARENT
+    from rabbitq.tracing.base import PREVIOUS_SPAN, TRACEPARENT
     from tests.helpers import declare_topology, drain_queue
 
     app = make_app()
