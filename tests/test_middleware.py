@@ -25,8 +25,8 @@ class Recording:
         return outcome
 
 
-def app_with(*middleware, retry=RetryPolicy(delays=(1, 10))) -> tuple[App, list[str]]:
-    app = App(queue="mw", retry=retry, middleware=list(middleware))
+def app_with(*middleware) -> tuple[App, list[str]]:
+    app = App(queue="mw", retry=RetryPolicy(delays=(1, 10)), middleware=list(middleware))
     ran: list[str] = []
 
     @app.handler(Charge)
