@@ -289,3 +289,11 @@ async def publish_bare(
         writer.close()
         with contextlib.suppress(ConnectionError):
             await writer.wait_closed()
+
+
+def service_fixture(function: Callable[..., Any]) -> Callable[..., Any]:
+    """Says that a fixture reaches a service (RabbitMQ, PostgreSQL, Redis): every test
+    using it, directly or through another fixture, is marked ``services`` by
+    tests/conftest.py. Written under ``@pytest.fixture``."""
+    function.reaches_service = True  # type: ignore[attr-defined]
+    return function
