@@ -108,7 +108,11 @@ def test_status_json_is_one_object(message_id):
 @pytest.mark.parametrize(
     ("spec", "message"),
     [
-        ("rq_unit_status_app:app", "no status for message or group 'nope'"),
+        pytest.param(  # asks the real Redis
+            "rq_unit_status_app:app",
+            "no status for message or group 'nope'",
+            marks=pytest.mark.services,
+        ),
         ("rq_unit_status_app:plain", "has no status store: App(status=...)"),
         ("rq_unit_status_app:down", "RedisStatus('redis://127.0.0.1:1/0'"),
         ("no_such_module:app", "no such module"),
