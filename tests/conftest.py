@@ -44,11 +44,57 @@ ONE_WORKER = frozenset(
 worker. Any other test goes to whichever worker is free."""
 
 
+SERVICE_FIXTURES = frozenset(
+    {
+        "broker_url",  # RabbitMQ: every broker fixture (connection, make_app, ...) uses it
+        "chaos_node",  # private RabbitMQ nodes, a cluster, a TLS node, a Redis node
+        "delay_node",
+        "node",
+        "cluster",
+        "broker",
+        "pg",  # PostgreSQL
+        "pg_url",
+        "make_pg_store",
+        "make_outbox",
+        "make_store",  # both stores, by getfixturevalue (not in the fixture closure)
+        "redis_url",  # Redis
+        "redis_prefix",
+        "make_redis_store",
+        "prometheus_binary",  # a real Prometheus
+        "browser",  # headless Chromium
+    }
+)
+"""Fixtures that reach a service: a test using any of them (directly or through another
+fixture) is marked ``services``; so is a test using a fixture of a module's own written
+with :func:`tests.helpers.service_fixture`."""
+
+SERVICE_FOLDERS = ("tests/integration/", "tests/chaos/", "tests/console/test_console_browser.py")
+"""Every test under these paths is marked ``services``. A module elsewhere that reaches a
+service without the fixtures above (a subprocess worker, the ``rabbitq`` command against
+a broker, its own client) says so with ``pytestmark = pytest.mark.services``."""
+
+SERVICE_PORTS = frozenset({4369, 5671, 5672, 15672, 25672, 5432, 6379, 9090})
+"""RabbitMQ (epmd, AMQP, AMQPS, management, distribution), PostgreSQL, Redis and
+Prometheus: a test without the ``services`` marker that connects to one fails."""
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under pytest-xdist (``-n 4`` in pyproject's addopts) the tests marked ``slow`` go
+    """Marks the tests that need a service (:data:`SERVICE_FIXTURES`,
+    :data:`SERVICE_FOLDERS`) ``services``, so that ``-m "not services"`` runs the rest.
+
+    Under pytest-xdist (``-n 4`` in pyproject's addopts) the tests marked ``slow`` go
     first, so that no worker starts a minute-long test while the others run out of work.
     The order is the same in every worker (xdist requires it); in one process it is left
     as collected."""
+    root = config.rootpath
+    for item in items:
+        path = item.path.relative_to(root).as_posix() if item.path.is_relative_to(root) else ""
+        uses = SERVICE_FIXTURES.intersection(getattr(item, "fixturenames", ()))
+        info = getattr(item, "_fixtureinfo", None)
+        defs = info.name2fixturedefs.values() if info is not None else ()
+        local = any(getattr(d.func, "reaches_service", False) for ds in defs for d in ds)
+        if uses or local or path.startswith(SERVICE_FOLDERS):
+            item.add_marker(pytest.mark.services)
     if os.environ.get("PYTEST_XDIST_WORKER"):
         items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
@@ -67,6 +113,49 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
             return module if module in ONE_WORKER else nodeid
 
     return ModulesOnOneWorker(config, log)
+
+
+class ServiceNeeded(RuntimeError):
+    """A test without the ``services`` marker connected to a service's port."""
+
+
+@pytest.fixture(autouse=True)
+def _unit_tests_reach_no_service(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[None]:
+    """A test not marked ``services`` that connects to a service's port (in this process:
+    :data:`SERVICE_PORTS`) fails at once with a message saying so, instead of passing here
+    and failing, or hanging in a retry loop, where no service runs (``-m "not services"``
+    with no network). It fails at teardown, too, if the code under test swallowed the
+    error."""
+    if request.node.get_closest_marker("services") is not None:
+        yield
+        return
+    reached: list[Any] = []
+    connect, connect_ex = socket.socket.connect, socket.socket.connect_ex
+
+    def check(address: Any) -> None:
+        if isinstance(address, tuple) and len(address) >= 2 and address[1] in SERVICE_PORTS:
+            reached.append(address)
+            raise ServiceNeeded(
+                f"{request.node.nodeid} connects to {address[0]}:{address[1]} (a service) "
+                "but is not marked services: mark it (pytestmark = pytest.mark.services) "
+                "or use a fixture of tests/conftest.py's SERVICE_FIXTURES"
+            )
+
+    def guarded_connect(self: socket.socket, address: Any) -> None:
+        check(address)
+        connect(self, address)
+
+    def guarded_connect_ex(self: socket.socket, address: Any) -> int:
+        check(address)
+        return connect_ex(self, address)
+
+    monkeypatch.setattr(socket.socket, "connect", guarded_connect)
+    monkeypatch.setattr(socket.socket, "connect_ex", guarded_connect_ex)
+    yield
+    if reached:
+        pytest.fail(f"not marked services, but connected to {reached[0]}", pytrace=False)
 
 
 def _port_open(host: str, port: int) -> bool:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from aio_pika.abc import AbstractIncomingMessage, AbstractRobustConnection
+from click.testing import Result
 
 from rabbitq import App, Worker
 from rabbitq.amqp.topology import retry_queue_name
@@ -30,11 +31,15 @@ def run_cli(
     url: str | None = None,
     env: Mapping[str, str] | None = None,
     columns: int | None = None,
+    cwd: str | Path | None = None,
     timeout: float = 120,
 ) -> subprocess.CompletedProcess[str]:
-    """``python -m rabbitq ARGS`` as a real subprocess from the repository (stdout a pipe,
-    not a TTY; ``NO_COLOR``), with ``RABBITQ_URL`` set to ``url`` or unset."""
-    full = {k: v for k, v in os.environ.items() if k != "RABBITQ_URL"}
+    """``python -m rabbitq ARGS`` as a real subprocess (stdout a pipe, not a TTY;
+    ``NO_COLOR``): the one way the tests run the ``rabbitq`` command against a broker or
+    without one. ``RABBITQ_URL`` is set to ``url`` or unset; ``COLUMNS`` is ``columns`` or
+    unset (a terminal's width never leaks in); ``env`` is added last; it runs in ``cwd``
+    (default: the repository, where examples/ is importable)."""
+    full = {k: v for k, v in os.environ.items() if k not in ("RABBITQ_URL", "COLUMNS")}
     full["NO_COLOR"] = "1"
     if url is not None:
         full["RABBITQ_URL"] = url
@@ -43,7 +48,7 @@ def run_cli(
     full.update(env or {})
     return subprocess.run(
         [sys.executable, "-m", "rabbitq", *args],
-        cwd=ROOT,
+        cwd=cwd or ROOT,
         env=full,
         capture_output=True,
         text=True,
@@ -65,6 +70,20 @@ def one_line_error(output: str) -> str:
     assert lines[0].startswith("Error: "), output
     assert "Traceback" not in output
     return lines[0]
+
+
+def assert_one_line_error(
+    result: subprocess.CompletedProcess[str] | Result, exit_code: int = 1
+) -> str:
+    """The command failed with ``exit_code`` and said why in one ``Error:`` line (on its
+    stderr when it ran as a subprocess, :func:`run_cli`; in its output under click's
+    ``CliRunner``); that line."""
+    if isinstance(result, subprocess.CompletedProcess):
+        code, output = result.returncode, result.stderr
+    else:
+        code, output = result.exit_code, result.output
+    assert code == exit_code, output
+    return one_line_error(output)
 
 
 @contextlib.asynccontextmanager
@@ -289,3 +308,11 @@ async def publish_bare(
         writer.close()
         with contextlib.suppress(ConnectionError):
             await writer.wait_closed()
+
+
+def service_fixture(function: Callable[..., Any]) -> Callable[..., Any]:
+    """Says that a fixture reaches a service (RabbitMQ, PostgreSQL, Redis): every test
+    using it, directly or through another fixture, is marked ``services`` by
+    tests/conftest.py. Written under ``@pytest.fixture``."""
+    function.reaches_service = True  # type: ignore[attr-defined]
+    return function

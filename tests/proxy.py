@@ -1,8 +1,12 @@
-"""A TCP proxy in front of the broker, so a test can hold a worker disconnected.
+"""A TCP proxy in front of the broker (or Redis), so a test can hold a client
+disconnected or cut its connections as a network fault would.
 
 aio-pika reconnects at once after a long-lived connection drops, so a state that only
 lasts until the reconnect may be over before a test looks. With the proxy refusing new
 connections, the worker stays disconnected until the test lets it back in.
+
+The chaos tests' :class:`tests.chaos.proxy.FaultyProxy` does more (stalls a connection
+without closing it, counts connections) and stays theirs.
 """
 
 from __future__ import annotations
@@ -21,6 +25,8 @@ class TcpProxy:
         self._target = (parts.hostname or "127.0.0.1", parts.port or 5672)
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
+        self._writers: set[asyncio.StreamWriter] = set()
+        self.is_cut = False
         self.port = 0
 
     @property
@@ -44,6 +50,13 @@ class TcpProxy:
             self._server.close()
             self._server = None
 
+    def cut(self) -> None:
+        """Drop every connection at once (no FIN: aborted, as a network fault would),
+        and any later one as soon as it is accepted."""
+        self.is_cut = True
+        for writer in list(self._writers):
+            writer.transport.abort()
+
     async def close(self) -> None:
         """Stop listening and cut every connection."""
         self.refuse()
@@ -52,25 +65,32 @@ class TcpProxy:
         await asyncio.gather(*self._tasks, return_exceptions=True)
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self.is_cut:
+            writer.transport.abort()
+            return
         try:
             up_reader, up_writer = await asyncio.open_connection(*self._target)
         except OSError:
             writer.close()
             return
+        self._writers.update((writer, up_writer))
+        if self.is_cut:  # cut while this one was connecting upstream
+            self.cut()
+            return
         for source, sink in ((reader, up_writer), (up_reader, writer)):
-            task = asyncio.create_task(_pipe(source, sink))
+            task = asyncio.create_task(self._pipe(source, sink))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
-
-async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    try:
-        while data := await reader.read(65536):
-            writer.write(data)
-            await writer.drain()
-    except (ConnectionError, OSError):
-        pass
-    finally:
-        writer.close()
-        with contextlib.suppress(ConnectionError, OSError, asyncio.CancelledError):
-            await writer.wait_closed()
+    async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while data := await reader.read(65536):
+                writer.write(data)
+                await writer.drain()
+        except (ConnectionError, OSError):
+            pass
+        finally:
+            self._writers.discard(writer)
+            writer.close()
+            with contextlib.suppress(ConnectionError, OSError, asyncio.CancelledError):
+                await writer.wait_closed()

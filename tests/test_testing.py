@@ -287,6 +287,7 @@ async def test_deliver_returns_the_follow_ups_of_a_success_and_none_of_a_failure
     assert failed.retried and failed.published == ()
 
 
+@pytest.mark.services  # the real Redis
 async def test_deliver_with_a_real_store_reports_the_second_delivery_as_a_duplicate():
     import uuid
 

@@ -13,8 +13,9 @@ import pytest
 
 from ..broker_node import BrokerNode
 
-# test_once.py uses the effects tests' PostgreSQL fixtures.
-from ..effects.conftest import pg, prefix  # noqa: F401
+# test_once.py, test_group_commit_kills.py and test_outbox_relay_kill.py use the effects
+# tests' PostgreSQL fixtures (and the outbox's: an App bound to a sink queue).
+from ..effects.conftest import bound, make_outbox, pg, pg_url, prefix  # noqa: F401
 
 
 @pytest.fixture(scope="session")

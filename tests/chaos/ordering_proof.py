@@ -143,7 +143,12 @@ async def run(
         cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
     )  # fmt: skip
     try:
-        await _wait_declared(conn, app.topology().partitioning.mains, supervisor)  # type: ignore[union-attr]
+        await _wait_declared(
+            conn,
+            app.topology().partitioning.mains,  # type: ignore[union-attr]
+            supervisor,
+            workdir / "worker.log",
+        )
         total = keys * per_key
         publishing = asyncio.create_task(_publish(app, keys, per_key, figures))
         marks = [(i + 1) / (kills + 1) for i in range(kills)]
@@ -181,11 +186,18 @@ async def run(
 
 
 async def _wait_declared(
-    conn: AbstractRobustConnection, mains: tuple[str, ...], proc: subprocess.Popen[bytes]
+    conn: AbstractRobustConnection,
+    mains: tuple[str, ...],
+    proc: subprocess.Popen[bytes],
+    log: Path,
 ) -> None:
     for _ in range(300):
         if proc.poll() is not None:
-            raise RuntimeError(f"the worker exited with {proc.returncode}")
+            # Its last lines say why (no consistent-hash exchange on the broker, ...).
+            said = log.read_text(errors="replace").strip().splitlines()[-5:]
+            raise RuntimeError(
+                f"the worker exited with {proc.returncode}:\n" + "\n".join(said)
+            )
         channel = await conn.channel()
         try:
             for name in mains:

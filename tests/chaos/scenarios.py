@@ -329,8 +329,14 @@ async def sigterm_workers(
     codes: list[int] = []
     recover: list[float] = []
     async with ChaosRun(url, workdir, config) as run:
+        spawned = time.time()
         worker = run.spawn()
         await run.publish(messages)
+        # The first SIGTERM must find the worker working, as the later ones do (each
+        # waits for its worker to resume): on a loaded machine a worker can take longer
+        # than the pause below to start its interpreter, and a SIGTERM before its
+        # handler is set ends it with -15 before it ever consumed.
+        await _resumed(run, spawned, worker.pid)
         for _ in range(terms):
             await asyncio.sleep(random.uniform(0.5, 1.0))
             if run.progress() > 0.9:

@@ -18,7 +18,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from rabbitq.cli import main
-from tests.helpers import one_line_error
+from tests.helpers import assert_one_line_error
 
 UNREACHABLE = "amqp://user:s3cretpw@127.0.0.1:1/"
 APP = "rq_unit_cli_app:app"
@@ -75,12 +75,6 @@ def restore_logging() -> Iterator[None]:
 
 def run(*args: str, input: str | None = None, env: dict[str, str] | None = None) -> Result:
     return CliRunner().invoke(main, list(args), input=input, env=env, catch_exceptions=False)
-
-
-def assert_one_line_error(result: Result, exit_code: int = 1) -> str:
-    """The command failed with ``exit_code`` and said why in one ``Error:`` line."""
-    assert result.exit_code == exit_code, result.output
-    return one_line_error(result.output)
 
 
 # -- help ----------------------------------------------------------------------------

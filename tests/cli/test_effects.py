@@ -11,11 +11,13 @@ import pytest
 from click.testing import CliRunner
 
 from rabbitq.cli import main
+from tests.helpers import service_fixture
 
 from ..effects.conftest import PG_URL
 
 
 @pytest.fixture
+@service_fixture
 def service(monkeypatch):
     """tests.effects.once_service imported afresh with a table prefix of this test's own."""
     prefix = f"t_{uuid.uuid4().hex[:10]}_"

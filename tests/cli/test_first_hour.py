@@ -4,7 +4,6 @@ through the real command: click's runner, or a subprocess where the exit matters
 from __future__ import annotations
 
 import re
-import subprocess
 import sys
 from pathlib import Path
 
@@ -18,10 +17,6 @@ from tests.helpers import run_cli
 ROOT = Path(__file__).resolve().parents[2]
 APP = "examples.email_service:app"
 DEAD_URL = "amqp://guest:guest@127.0.0.1:1/"
-
-
-def rabbitq(*args: str) -> subprocess.CompletedProcess[str]:
-    return run_cli(*args, columns=100, timeout=60)
 
 
 def help_of(*path: str) -> str:
@@ -43,7 +38,7 @@ def commands(group: click.Group = main, prefix: tuple[str, ...] = ()):
 
 def test_publish_rejects_an_unknown_field_before_connecting():
     body = '{"to": "a@example.com", "sbuject": "hi", "subject": "hi", "body": "x"}'
-    result = rabbitq("publish", APP, "email.send", body, "--url", DEAD_URL)
+    result = run_cli("publish", APP, "email.send", body, "--url", DEAD_URL, columns=100)
     assert result.returncode == 2, result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
@@ -52,7 +47,7 @@ def test_publish_rejects_an_unknown_field_before_connecting():
 
 def test_publish_still_accepts_exactly_the_models_fields():
     body = '{"to": "a@example.com", "subject": "hi", "body": "x"}'
-    result = rabbitq("publish", APP, "email.send", body, "--url", DEAD_URL)
+    result = run_cli("publish", APP, "email.send", body, "--url", DEAD_URL, columns=100)
     assert "cannot reach RabbitMQ" in result.stderr  # validated, then tried to connect
 
 
@@ -71,7 +66,7 @@ def test_publish_still_accepts_exactly_the_models_fields():
     ids=" ".join,
 )
 def test_a_bad_option_or_argument_is_one_line_that_says_where_help_is(args):
-    result = rabbitq(*args)
+    result = run_cli(*args, columns=100)
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr

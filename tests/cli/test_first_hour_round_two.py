@@ -3,12 +3,12 @@ and others): each through the real ``rabbitq`` command, as a subprocess."""
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests.helpers import run_cli
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -29,18 +29,6 @@ async def ping(msg: Ping) -> None:
 """
 
 
-def rabbitq(*args: str, cwd: Path | None = None, **env: str) -> subprocess.CompletedProcess[str]:
-    full = {**os.environ, "NO_COLOR": "1", "COLUMNS": "200", **env}
-    return subprocess.run(
-        [sys.executable, "-m", "rabbitq", *args],
-        cwd=cwd or ROOT,
-        env=full,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-
-
 @pytest.fixture
 def service(tmp_path: Path) -> Path:
     (tmp_path / "service.py").write_text(SERVICE)
@@ -51,29 +39,31 @@ def service(tmp_path: Path) -> Path:
 def test_every_way_of_asking_the_version_prints_the_same_line(args):
     from importlib.metadata import version
 
-    result = rabbitq(*args)
+    result = run_cli(*args, columns=200)
     assert result.returncode == 0, result.stderr
     assert result.stdout == f"rabbitq {version('rabbitq')}\n"
 
 
 def test_an_unknown_type_exits_2_as_a_failed_validation_does(service):
-    unknown = rabbitq("publish", "service:app", "t.fh2.nope", "{}", cwd=service)
-    invalid = rabbitq("publish", "service:app", "t.fh2.ping", '{"n": "x"}', cwd=service)
+    unknown = run_cli("publish", "service:app", "t.fh2.nope", "{}", cwd=service, columns=200)
+    invalid = run_cli(
+        "publish", "service:app", "t.fh2.ping", '{"n": "x"}', cwd=service, columns=200
+    )
     assert (unknown.returncode, invalid.returncode) == (2, 2)
     assert unknown.stderr.count("\n") == 1 and "unknown message type 't.fh2.nope'" in unknown.stderr
     assert "(this app handles: t.fh2.ping)" in unknown.stderr
 
 
 def test_an_impossible_delay_exits_2(service):
-    result = rabbitq("publish", "service:app", "t.fh2.ping", '{"n": 1}', "--delay", "-1",
-                     cwd=service)  # fmt: skip
+    result = run_cli("publish", "service:app", "t.fh2.ping", '{"n": 1}', "--delay", "-1",
+                     cwd=service, columns=200)  # fmt: skip
     assert result.returncode == 2
     assert "--delay" in result.stderr and result.stderr.count("\n") == 1
 
 
 def test_a_time_the_dlq_tools_cannot_read_exits_2_before_connecting():
-    result = rabbitq("dlq", "list", "t.fh2.q", "--since", "yesterdayish",
-                     RABBITQ_URL="amqp://guest:guest@127.0.0.1:1/")  # fmt: skip
+    result = run_cli("dlq", "list", "t.fh2.q", "--since", "yesterdayish",
+                     url="amqp://guest:guest@127.0.0.1:1/", columns=200)  # fmt: skip
     assert result.returncode == 2
     assert "cannot read the time 'yesterdayish'" in result.stderr
     assert result.stderr.count("\n") == 1
@@ -87,14 +77,14 @@ def test_the_readme_documents_the_exit_codes():
 
 
 def test_effects_init_takes_url_as_every_command_does():
-    result = rabbitq("effects", "init", "--help")
+    result = run_cli("effects", "init", "--help", columns=200)
     assert result.returncode == 0
     assert "--url" in result.stdout and "Example:" in result.stdout
 
 
 def test_the_relays_metrics_bind_is_explained_and_defaults_as_the_workers():
-    relay = rabbitq("outbox", "relay", "--help").stdout
-    worker = rabbitq("worker", "--help").stdout
+    relay = run_cli("outbox", "relay", "--help", columns=200).stdout
+    worker = run_cli("worker", "--help", columns=200).stdout
     assert "Address for --metrics-port" in relay
     assert "--log-level" in relay
     assert "[default: 0.0.0.0]" in " ".join(relay.split())
@@ -102,7 +92,7 @@ def test_the_relays_metrics_bind_is_explained_and_defaults_as_the_workers():
 
 
 def test_worker_help_shows_an_example():
-    result = rabbitq("worker", "--help")
+    result = run_cli("worker", "--help", columns=200)
     assert "Example:" in result.stdout
     assert "rabbitq worker myservice:app" in result.stdout
 
@@ -149,8 +139,8 @@ def one_error_line(result: subprocess.CompletedProcess[str]) -> str:
 def test_the_relay_without_the_extra_for_an_app_without_outbox_says_so_in_one_line(
     service, without_postgres
 ):
-    line = one_error_line(rabbitq("outbox", "relay", "service:app", cwd=service,
-                                  **without_postgres))  # fmt: skip
+    line = one_error_line(run_cli("outbox", "relay", "service:app", cwd=service,
+                                  env=without_postgres, columns=200))  # fmt: skip
     assert "service:app has no outbox" in line
 
 
@@ -159,8 +149,8 @@ def test_the_relay_without_the_extra_for_an_app_with_an_outbox_names_the_extra(
 ):
     (tmp_path / "withoutbox.py").write_text(WITH_OUTBOX)
     for command in (["outbox", "relay"], ["effects", "init"], ["worker"]):
-        line = one_error_line(rabbitq(*command, "withoutbox:app", cwd=tmp_path,
-                                      **without_postgres))  # fmt: skip
+        line = one_error_line(run_cli(*command, "withoutbox:app", cwd=tmp_path,
+                                      env=without_postgres, columns=200))  # fmt: skip
         assert "pip install 'rabbitq[postgres]'" in line, command
 
 
@@ -168,6 +158,6 @@ def test_an_app_that_imports_a_driver_an_extra_installs_is_told_which_extra(
     tmp_path, without_postgres
 ):
     (tmp_path / "direct.py").write_text(IMPORTS_PSYCOPG)
-    line = one_error_line(rabbitq("effects", "init", "direct:app", cwd=tmp_path,
-                                  **without_postgres))  # fmt: skip
+    line = one_error_line(run_cli("effects", "init", "direct:app", cwd=tmp_path,
+                                  env=without_postgres, columns=200))  # fmt: skip
     assert "No module named 'psycopg' (pip install 'rabbitq[postgres]')" in line

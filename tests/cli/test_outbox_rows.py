@@ -16,6 +16,7 @@ from click.testing import CliRunner
 from rabbitq.cli import main
 from rabbitq.cli.outbox_rows import render
 from rabbitq.effects.pending import PendingRow, Selection
+from tests.helpers import service_fixture
 
 from ..effects.conftest import PG_URL
 
@@ -23,6 +24,7 @@ APP = "tests.effects.once_service:app"
 
 
 @pytest.fixture
+@service_fixture
 def outbox_table(monkeypatch):
     """once_service imported afresh with an outbox of this test's own, holding 3 rows:
     1 and 2 unroutable (failed twice, waiting), 3 never tried."""

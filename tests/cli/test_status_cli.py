@@ -27,7 +27,7 @@ from rabbitq.status.model import (
     SUCCEEDED,
     Record,
 )
-from tests.helpers import REDIS_URL
+from tests.helpers import REDIS_URL, service_fixture
 
 PREFIX = f"rabbitq-test:{uuid.uuid4().hex}:status:"
 SOURCE = f"""
@@ -60,6 +60,7 @@ def in_app_dir(app_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]
 
 
 @pytest.fixture(scope="module")
+@service_fixture
 def message_id() -> Iterator[str]:
     store = RedisStatus(REDIS_URL, key_prefix=PREFIX)
     mid = uuid.uuid4().hex
@@ -107,7 +108,11 @@ def test_status_json_is_one_object(message_id):
 @pytest.mark.parametrize(
     ("spec", "message"),
     [
-        ("rq_unit_status_app:app", "no status for message or group 'nope'"),
+        pytest.param(  # asks the real Redis
+            "rq_unit_status_app:app",
+            "no status for message or group 'nope'",
+            marks=pytest.mark.services,
+        ),
         ("rq_unit_status_app:plain", "has no status store: App(status=...)"),
         ("rq_unit_status_app:down", "RedisStatus('redis://127.0.0.1:1/0'"),
         ("no_such_module:app", "no such module"),
@@ -125,6 +130,7 @@ def test_status_help_has_an_example():
     assert result.exit_code == 0 and "Example: rabbitq status" in result.output
 
 
+@pytest.mark.services  # the real PostgreSQL and Redis
 def test_effects_init_creates_the_status_table_and_checks_redis(tmp_path, monkeypatch):
     import psycopg
 
@@ -156,6 +162,7 @@ def test_effects_init_creates_the_status_table_and_checks_redis(tmp_path, monkey
 
 
 @pytest.fixture(scope="module")
+@service_fixture
 def group_id() -> Iterator[str]:
     """A group of 60 members (one dead-lettered) and its callback, in the store."""
     store = RedisStatus(REDIS_URL, key_prefix=PREFIX)

@@ -16,12 +16,14 @@ from rabbitq.console.security import Guard
 from rabbitq.console.state import Config
 from rabbitq.console.targets import from_app
 from rabbitq.effects import Outbox
+from tests.helpers import service_fixture
 
 from ..effects.conftest import PG_URL
 from .conftest import TOKEN
 
 
 @pytest.fixture
+@service_fixture
 def outbox(tmp_path: Path):
     prefix = f"t_{uuid.uuid4().hex[:10]}_"
     app = App(queue=f"t.{prefix}q", exchange=f"t.{prefix}x")

@@ -13,10 +13,12 @@ import uuid
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+import aio_pika
 import psycopg
 import pytest
 import redis.asyncio as aioredis
 
+from rabbitq import App, Message
 from rabbitq.effects import Outbox, PostgresStore, RedisStore
 
 PG_URL = os.environ.get("RABBITQ_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
@@ -120,3 +122,37 @@ async def make_outbox(pg: Any, prefix: str) -> AsyncIterator[Callable[..., Outbo
     yield factory
     for outbox in made:
         await outbox.close()
+
+
+class Note(Message, type="outbox.note"):
+    """The outbox tests' message."""
+
+    seq: int
+    key: str | None = None
+
+
+@pytest.fixture
+async def bound(connection, uid, broker_url):
+    """An App on a fresh exchange, and a queue that receives everything published to it."""
+    app = App(queue=f"t.{uid}.unused", exchange=f"t.{uid}.x", url=broker_url)
+    channel = await connection.channel()
+    exchange = await channel.declare_exchange(app.exchange, "topic", durable=True)
+    queue = await channel.declare_queue(f"t.{uid}.sink", durable=True)
+    await queue.bind(exchange, routing_key="outbox.#")
+    yield app, queue
+    await queue.delete(if_unused=False, if_empty=False)
+    await exchange.delete()
+    await channel.close()
+
+
+async def received(queue) -> list[aio_pika.abc.AbstractIncomingMessage]:
+    """Every message waiting in ``queue``, taken off it."""
+    out = []
+    while (msg := await queue.get(fail=False, no_ack=True)) is not None:
+        out.append(msg)
+    return out
+
+
+async def all_sent(outbox: Outbox) -> bool:
+    """No row of ``outbox`` is pending."""
+    return (await outbox.stats())[0] == 0

@@ -3,48 +3,16 @@
 from __future__ import annotations
 
 import asyncio
-import os
-import random
-import signal
-import subprocess
-import sys
-from collections import Counter
 
-import aio_pika
 import orjson
 import pytest
 
-from rabbitq import App, Message
+from rabbitq import Message
 from rabbitq.effects.metrics import OutboxMetrics
 from rabbitq.effects.relay import Relay, Row, chains
 
 from ..helpers import wait_for
-
-
-class Note(Message, type="outbox.note"):
-    seq: int
-    key: str | None = None
-
-
-@pytest.fixture
-async def bound(connection, uid, broker_url):
-    """An App on a fresh exchange, and a queue that receives everything published to it."""
-    app = App(queue=f"t.{uid}.unused", exchange=f"t.{uid}.x", url=broker_url)
-    channel = await connection.channel()
-    exchange = await channel.declare_exchange(app.exchange, "topic", durable=True)
-    queue = await channel.declare_queue(f"t.{uid}.sink", durable=True)
-    await queue.bind(exchange, routing_key="outbox.#")
-    yield app, queue
-    await queue.delete(if_unused=False, if_empty=False)
-    await exchange.delete()
-    await channel.close()
-
-
-async def received(queue) -> list[aio_pika.abc.AbstractIncomingMessage]:
-    out = []
-    while (msg := await queue.get(fail=False, no_ack=True)) is not None:
-        out.append(msg)
-    return out
+from .conftest import Note, all_sent, received
 
 
 def test_rows_with_a_key_form_one_chain_in_id_order_and_rows_without_one_chain_each() -> None:
@@ -83,7 +51,7 @@ async def test_the_relay_publishes_every_row_once_in_order_per_key_and_marks_it_
     metrics = OutboxMetrics(outbox.sql.table)
     relay = Relay(outbox, observer=metrics)
     task = asyncio.create_task(relay.run())
-    await wait_for(lambda: _pending(outbox), timeout=30)
+    await wait_for(lambda: all_sent(outbox), timeout=30)
     relay.stop()
     await task
     messages = await received(queue)
@@ -95,10 +63,6 @@ async def test_the_relay_publishes_every_row_once_in_order_per_key_and_marks_it_
     assert metrics.relayed_rows.labels(outbox.sql.table)._value.get() == 100
     assert metrics.pending_rows.labels(outbox.sql.table)._value.get() == 0
     assert all(m.message_id and m.type == "outbox.note" for m in messages)
-
-
-async def _pending(outbox) -> bool:
-    return (await outbox.stats())[0] == 0
 
 
 async def test_an_unroutable_row_holds_back_only_its_key_and_is_counted(
@@ -144,58 +108,3 @@ async def test_a_second_relay_stands_by_until_the_first_stops(make_outbox, pg, b
     await asyncio.wait_for(second.leader.wait(), 10)
     second.stop()
     await t2
-
-
-def _relay(args: list[str]) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "tests.effects.relay_proc", *args],
-        cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-
-
-@pytest.mark.slow
-async def test_a_relay_killed_mid_batch_and_restarted_publishes_every_row(
-    make_outbox, pg, bound, pg_url, prefix, broker_url
-) -> None:
-    """Counted: every row arrives, and the duplicates are bounded by the batch per kill."""
-    app, queue = bound
-    outbox = make_outbox(app)
-    rows = 600
-    async with pg.transaction():
-        for i in range(rows):
-            await outbox.publish(pg, Note(seq=i, key=f"k{i % 7}"), key=f"k{i % 7}")
-    args = [pg_url, prefix, broker_url, app.exchange]
-    kills = 0
-    # 1. killed by itself between the confirms of a batch and marking it sent
-    proc = _relay([*args, "--die-after-publish"])
-    assert proc.wait(60) == -signal.SIGKILL
-    kills += 1
-    # 2. killed from outside at random moments
-    rnd = random.Random(13)
-    for _ in range(3):
-        proc = _relay(args)
-        await asyncio.sleep(rnd.uniform(0.3, 1.2))
-        proc.kill()
-        proc.wait(30)
-        kills += 1
-    # 3. a relay that is left to finish
-    proc = _relay(args)
-    try:
-        await wait_for(lambda: _pending(outbox), timeout=90)
-    finally:
-        proc.terminate()  # SIGTERM: a clean stop (or, before it set up, the default exit)
-        proc.wait(30)
-    messages = await received(queue)
-    counts = Counter(m.message_id for m in messages)
-    seqs = {orjson.loads(m.body)["seq"] for m in messages}
-    duplicates = sum(counts.values()) - len(counts)
-    print(
-        f"outbox relay crash: rows={rows} published={len(messages)} unique={len(counts)} "
-        f"lost={rows - len(seqs)} duplicates={duplicates} kills={kills} batch=50"
-    )
-    assert seqs == set(range(rows))  # 0 lost
-    assert len(counts) == rows
-    assert duplicates <= kills * 50  # bounded by one batch per kill
-    assert duplicates >= 1  # the self-kill after the confirms re-sends its batch

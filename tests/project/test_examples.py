@@ -27,6 +27,7 @@ from examples.payment_service import (
 )
 from rabbitq import App
 from rabbitq.testing import deliver
+from tests.helpers import service_fixture
 
 ROOT = Path(__file__).resolve().parents[2]
 PAYMENT_ID = UUID("6f1c3a52-4a8e-4ab7-9d6e-2f5b8c1e9a10")
@@ -187,6 +188,7 @@ def gateway() -> RecordingGateway:
 
 
 @pytest.fixture
+@service_fixture
 async def make_payments(prefix):
     made: list[App] = []
 

@@ -5,8 +5,6 @@ The batch and its expected tally, which need no broker, are tested in tests/demo
 
 from __future__ import annotations
 
-import subprocess
-
 import orjson
 import pytest
 
@@ -19,11 +17,6 @@ from tests.helpers import drain_queue, run_cli
 
 def demo_queues(queue: str) -> list[str]:
     return [queue, f"{queue}.retry.1s", f"{queue}.retry.3s", f"{queue}.dlq"]
-
-
-def rabbitq(*args: str, url: str, timeout: float = 90) -> subprocess.CompletedProcess[str]:
-    """Run the ``rabbitq`` command as a real subprocess (stdout is a pipe, not a TTY)."""
-    return run_cli(*args, url=url, timeout=timeout)
 
 
 # -- in-process, against the broker ------------------------------------------------
@@ -70,7 +63,7 @@ async def test_the_demo_command_runs_twice_with_the_same_tally_then_cleans_up(
 ):
     # Its own names: the demo's rabbitq-demo queues may be what a person is looking at.
     demo = f"t.{uid}.demo"
-    first = rabbitq("demo", "--queue", demo, url=broker_url)
+    first = run_cli("demo", "--queue", demo, url=broker_url)
     assert first.returncode == 0, first.stderr
     out = first.stdout
     assert "Settled in" in out
@@ -88,7 +81,7 @@ async def test_the_demo_command_runs_twice_with_the_same_tally_then_cleans_up(
     assert "Traceback" not in first.stderr
 
     # The second run starts from the first one's leftovers (5 messages in the DLQ).
-    second = rabbitq("demo", "--queue", demo, "--json", url=broker_url)
+    second = run_cli("demo", "--queue", demo, "--json", url=broker_url)
     assert second.returncode == 0, second.stderr
     assert second.stderr == ""  # --json: the tally on stdout, nothing on stderr (issue 25)
     tally = orjson.loads(second.stdout)
@@ -96,19 +89,19 @@ async def test_the_demo_command_runs_twice_with_the_same_tally_then_cleans_up(
     assert {k: tally[k] for k in EXPECTED} == EXPECTED
     assert tally["expected"] == EXPECTED
 
-    cleaned = rabbitq("demo", "--queue", demo, "--cleanup", url=broker_url)
+    cleaned = run_cli("demo", "--queue", demo, "--cleanup", url=broker_url)
     assert cleaned.returncode == 0, cleaned.stderr
     assert cleaned.stdout.startswith(f"deleted {', '.join(demo_queues(demo))} (5 messages)")
     depths = await queue_depths(connection, [(name, "queue") for name in demo_queues(demo)])
     assert [d.exists for d in depths] == [False] * 4
 
-    again = rabbitq("demo", "--queue", demo, "--cleanup", url=broker_url)
+    again = run_cli("demo", "--queue", demo, "--cleanup", url=broker_url)
     assert again.returncode == 0, again.stderr
     assert again.stdout.startswith("nothing to delete")
 
 
 def test_without_a_broker_the_demo_says_in_one_line_how_to_start_one():
-    result = rabbitq("demo", "--url", "amqp://guest:guest@127.0.0.1:1/", url="", timeout=30)
+    result = run_cli("demo", "--url", "amqp://guest:guest@127.0.0.1:1/", url="", timeout=30)
     assert result.returncode == 1
     assert result.stdout == ""
     lines = result.stderr.strip().splitlines()
@@ -120,7 +113,7 @@ def test_without_a_broker_the_demo_says_in_one_line_how_to_start_one():
 
 @pytest.mark.skipif(docker_available(), reason="Docker runs here: it would start a container")
 def test_testcontainers_without_docker_is_a_one_line_error():
-    result = rabbitq("demo", "--testcontainers", url="", timeout=60)
+    result = run_cli("demo", "--testcontainers", url="", timeout=60)
     assert result.returncode == 1
     error = [line for line in result.stderr.splitlines() if line.startswith("Error:")]
     assert len(error) == 1, result.stderr

@@ -4,7 +4,6 @@ exactly what the filters name, a cut connection loses nothing, files round-trip.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import importlib
 from collections.abc import Iterable
 from datetime import UTC, datetime
@@ -23,6 +22,7 @@ from rabbitq.amqp import headers as h
 from rabbitq.cli import main
 from rabbitq.dlq.operations import DEFAULT_WINDOW
 from tests.helpers import declare_topology, drain_queue, queue_depth, wait_for
+from tests.proxy import TcpProxy
 
 
 def dead(
@@ -272,52 +272,6 @@ async def test_filters_select_exactly_what_they_name_for_replay_and_purge(
     ]
 
 
-class Proxy:
-    """A TCP proxy to the broker whose connections the test can cut at any moment."""
-
-    def __init__(self, host: str, port: int) -> None:
-        self.host, self.port = host, port
-        self.transports: list[asyncio.BaseTransport] = []
-        self.server: asyncio.Server | None = None
-        self.is_cut = False
-
-    async def start(self) -> int:
-        self.server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
-        return self.server.sockets[0].getsockname()[1]
-
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.transports.append(writer.transport)
-        if self.is_cut:
-            writer.transport.abort()
-            return
-        up_reader, up_writer = await asyncio.open_connection(self.host, self.port)
-        self.transports.append(up_writer.transport)
-        if self.is_cut:
-            self.cut()
-            return
-
-        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
-            with contextlib.suppress(ConnectionError, OSError):
-                while data := await src.read(65536):
-                    dst.write(data)
-                    await dst.drain()
-            dst.transport.abort()
-
-        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
-
-    def cut(self) -> None:
-        """Drop every connection at once, as a network fault would (and any later one)."""
-        self.is_cut = True
-        for transport in self.transports:
-            transport.abort()
-
-    async def close(self) -> None:
-        self.cut()
-        if self.server is not None:
-            self.server.close()
-            await self.server.wait_closed()
-
-
 @pytest.mark.slow
 async def test_a_replay_cut_half_way_then_run_again_loses_nothing_and_reports_duplicates(
     setup, connection, broker_url
@@ -326,9 +280,8 @@ async def test_a_replay_cut_half_way_then_run_again_loses_nothing_and_reports_du
     app = await setup()
     dlq_name = app.topology().dlq.name
     await fill(connection, app, (dead(app.queue, i) for i in range(n)))
-    proxy = Proxy("127.0.0.1", 5672)
-    port = await proxy.start()
-    via_proxy = broker_url.replace(":5672/", f":{port}/")
+    proxy = await TcpProxy(broker_url).start()
+    via_proxy = proxy.url
 
     # the command runs in a thread; this loop runs the proxy and cuts it half-way
     command = asyncio.create_task(cli("replay", app.queue, "--json", "--url", via_proxy))

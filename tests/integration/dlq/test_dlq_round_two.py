@@ -4,13 +4,10 @@ command: the error of ``list`` is readable at 80 columns and whole off a termina
 
 from __future__ import annotations
 
-import asyncio
-import os
-import subprocess
-import sys
-
 import orjson
 import pytest
+
+from tests.helpers import run_cli_async
 
 from .test_first_hour import dead, depth, fill
 
@@ -33,22 +30,9 @@ async def queue(connection, uid):
 ERROR = "TimeoutError: smtp timed out after 30 s while talking to mail.example.com"
 
 
-async def rabbitq(*args: str, url: str, **env: str) -> subprocess.CompletedProcess[str]:
-    full = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
-    full |= {"RABBITQ_URL": url, "NO_COLOR": "1", **env}
-    return await asyncio.to_thread(
-        subprocess.run,
-        [sys.executable, "-m", "rabbitq", *args],
-        env=full,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-
-
 async def test_list_off_a_terminal_prints_each_error_on_its_ids_line(broker_url, connection, queue):
     await fill(connection, queue, dead(queue, "4f1c0e9d2b6a4e0c8f7a1b2c3d4e5f60"))
-    result = await rabbitq("dlq", "list", queue, url=broker_url)
+    result = await run_cli_async("dlq", "list", queue, url=broker_url)
     assert result.returncode == 0, result.stderr
     (row,) = [line for line in result.stdout.splitlines() if "4f1c0e9d" in line]
     assert ERROR[:59] in row  # its first 60 characters, on the same line
@@ -58,7 +42,7 @@ async def test_list_at_80_columns_puts_the_error_under_the_id_instead_of_cutting
     broker_url, connection, queue
 ):
     await fill(connection, queue, dead(queue, "4f1c0e9d2b6a4e0c8f7a1b2c3d4e5f60"))
-    result = await rabbitq("dlq", "list", queue, url=broker_url, COLUMNS="80")
+    result = await run_cli_async("dlq", "list", queue, url=broker_url, columns=80)
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert max(len(line) for line in lines) <= 80
@@ -71,12 +55,12 @@ async def test_import_with_replay_says_it_sent_the_messages_to_the_main_queue(
 ):
     await fill(connection, queue, dead(queue, "m-1"), dead(queue, "m-2"))
     path = tmp_path / "dead.jsonl"
-    exported = await rabbitq("dlq", "export", queue, str(path), "--delete", url=broker_url)
+    exported = await run_cli_async("dlq", "export", queue, str(path), "--delete", url=broker_url)
     assert exported.returncode == 0, exported.stderr
 
-    result = await rabbitq("dlq", "import", queue, str(path), "--replay", url=broker_url)
-    as_json = await rabbitq("dlq", "import", queue, str(path), "--replay", "--json",
-                            url=broker_url)  # fmt: skip
+    result = await run_cli_async("dlq", "import", queue, str(path), "--replay", url=broker_url)
+    as_json = await run_cli_async("dlq", "import", queue, str(path), "--replay", "--json",
+                                  url=broker_url)  # fmt: skip
 
     assert result.returncode == 0, result.stderr
     assert f"import {queue}.dlq: imported 2 into {queue}," in result.stdout

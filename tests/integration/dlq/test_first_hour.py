@@ -4,7 +4,6 @@ unknown reasons."""
 
 from __future__ import annotations
 
-import subprocess
 import uuid
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
@@ -73,10 +72,6 @@ async def depth(connection: AbstractRobustConnection, name: str) -> int:
         await channel.close()
 
 
-async def rabbitq(*args: str, url: str, columns: int = 80) -> subprocess.CompletedProcess[str]:
-    return await run_cli_async(*args, url=url, columns=columns)
-
-
 # -- item 5: the same message_id twice is two messages --------------------------------
 
 
@@ -86,12 +81,16 @@ async def test_replay_moves_both_messages_that_share_a_message_id_as_its_dry_run
 ):
     await fill(connection, queue, dead(queue, "order-42", n=1), dead(queue, "order-42", n=2))
 
-    dry = await rabbitq("dlq", "replay", queue, *select, "--dry-run", "--json", url=broker_url)
+    dry = await run_cli_async(
+        "dlq", "replay", queue, *select, "--dry-run", "--json", url=broker_url, columns=80
+    )
     assert dry.returncode == 0, dry.stderr
     dry_tally = orjson.loads(dry.stdout.splitlines()[-1])
     assert (dry_tally["done"], dry_tally["skipped"]) == (2, 0)
 
-    real = await rabbitq("dlq", "replay", queue, *select, "--json", url=broker_url)
+    real = await run_cli_async(
+        "dlq", "replay", queue, *select, "--json", url=broker_url, columns=80
+    )
     assert real.returncode == 0, real.stderr
     tally = orjson.loads(real.stdout.splitlines()[-1])
     assert (tally["done"], tally["skipped"]) == (dry_tally["done"], dry_tally["skipped"])
@@ -114,7 +113,7 @@ async def test_list_at_80_columns_never_wraps_or_cuts_an_id_or_a_type(
             for mid, t in zip(ids, ["email.send", "payment.capture", "x"], strict=True)
         ),
     )
-    result = await rabbitq("dlq", "list", queue, url=broker_url, columns=80)
+    result = await run_cli_async("dlq", "list", queue, url=broker_url, columns=80)
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert max(len(line) for line in lines) <= 80, result.stdout
@@ -126,7 +125,9 @@ async def test_list_at_80_columns_never_wraps_or_cuts_an_id_or_a_type(
 
 async def test_show_accepts_a_unique_prefix_of_the_id(broker_url, connection, queue):
     await fill(connection, queue, dead(queue, "4f1c0e9d2b6a4e0c8f7a1b2c3d4e5f60"))
-    result = await rabbitq("dlq", "show", queue, "4f1c0e", "--json", url=broker_url)
+    result = await run_cli_async(
+        "dlq", "show", queue, "4f1c0e", "--json", url=broker_url, columns=80
+    )
     assert result.returncode == 0, result.stderr
     assert orjson.loads(result.stdout)["message_id"] == "4f1c0e9d2b6a4e0c8f7a1b2c3d4e5f60"
 
@@ -135,7 +136,7 @@ async def test_show_says_when_a_prefix_is_ambiguous_and_names_the_candidates(
     broker_url, connection, queue
 ):
     await fill(connection, queue, dead(queue, "ab12-first"), dead(queue, "ab34-second"))
-    result = await rabbitq("dlq", "show", queue, "ab", url=broker_url)
+    result = await run_cli_async("dlq", "show", queue, "ab", url=broker_url, columns=80)
     assert result.returncode == 1
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
@@ -152,7 +153,9 @@ async def test_an_unknown_reason_is_rejected_with_the_known_ones(
     broker_url, queue, command, tmp_path
 ):
     extra = [str(tmp_path / "out.jsonl")] if command == "export" else []
-    result = await rabbitq("dlq", command, queue, *extra, "--reason", "exausted", url=broker_url)
+    result = await run_cli_async(
+        "dlq", command, queue, *extra, "--reason", "exausted", url=broker_url, columns=80
+    )
     assert result.returncode == 2, result.stdout + result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
@@ -162,7 +165,7 @@ async def test_an_unknown_reason_is_rejected_with_the_known_ones(
 
 
 async def test_a_broker_reason_is_still_accepted(broker_url, queue):
-    result = await rabbitq(
-        "dlq", "list", queue, "--reason", "broker:delivery_limit", url=broker_url
+    result = await run_cli_async(
+        "dlq", "list", queue, "--reason", "broker:delivery_limit", url=broker_url, columns=80
     )
     assert result.returncode == 0, result.stderr

@@ -20,6 +20,12 @@ from tests.redis_node import RedisNode
 redis_asyncio = pytest.importorskip("redis.asyncio")
 
 
+@pytest.fixture
+def prefix(redis_prefix: str) -> str:
+    """A Redis key prefix of this test's own, as in tests/ratelimit (cleaned after)."""
+    return redis_prefix
+
+
 @pytest.fixture(scope="module")
 def node() -> Iterator[RedisNode]:
     with RedisNode.started() as started:

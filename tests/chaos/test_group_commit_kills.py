@@ -10,7 +10,7 @@ import asyncio
 
 import pytest
 
-from .once_harness import OnceRun
+from tests.effects.once_harness import OnceRun
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 
