@@ -18,6 +18,8 @@ from rabbitq.testing import deliver
 from rabbitq.workflow.chords import chord_store
 from tests.effects.conftest import PG_URL, REDIS_URL, drop_tables
 
+pytestmark = pytest.mark.services  # the real PostgreSQL and Redis
+
 
 class Pay(Message, type="test.backends.pay"):
     payment_id: str

@@ -258,7 +258,10 @@ async def test_retries_held_by_the_broker_after_the_main_queue_is_deleted_are_co
 
     caplog.set_level(logging.INFO)
     queue = f"held.{uuid.uuid4().hex[:8]}"
-    app = App(queue=queue, url=node.url, retry=RetryPolicy(delays=(1,)))
+    # A 4 s delay, and the queue deleted as soon as every first attempt failed: no retry
+    # comes back before the delete, even on a loaded machine (with 1 s, 12 of 20 came
+    # back first under a full parallel suite); the 8 s re-declare wait outlasts them all.
+    app = App(queue=queue, url=node.url, retry=RetryPolicy(delays=(4,)))
 
     @app.handler(Once, timeout=5)
     async def once(msg: Once, ctx: Context) -> None:
@@ -271,7 +274,7 @@ async def test_retries_held_by_the_broker_after_the_main_queue_is_deleted_are_co
     retry = app.topology().retries[0].name
     connection = await connect(node.url, name="held test")
     worker = Worker(app, hooks=[metrics, rec])
-    worker.keeper.redeclare_wait = 3.0  # every copy's 1 s delay runs out inside the wait
+    worker.keeper.redeclare_wait = 8.0  # every copy's 4 s delay runs out inside the wait
     async with running(worker):
         async with app.publisher() as pub:
             for n in range(messages):
