@@ -26,7 +26,7 @@ import orjson
 from aio_pika.abc import AbstractChannel, AbstractRobustConnection
 
 from rabbitq import App, Message, RetryPolicy
-from rabbitq.amqp.topology import declare, retry_queue_name
+from rabbitq._amqp.topology import declare, retry_queue_name
 from rabbitq.hooks import Hooks
 from rabbitq.message import CONTENT_TYPE, encode
 
@@ -34,7 +34,7 @@ from rabbitq.message import CONTENT_TYPE, encode
 def build(message: Message, *, message_id: str | None = None) -> aio_pika.Message:
     """An ``aio_pika.Message`` for a typed message, as a hand-written aio-pika producer
     would build it (the baselines fill queues this way; rabbitq's own publisher hands
-    pamqp properties to aiormq instead, see rabbitq.amqp.properties)."""
+    pamqp properties to aiormq instead, see rabbitq._amqp.properties)."""
     return aio_pika.Message(
         body=encode(message),
         content_type=CONTENT_TYPE,

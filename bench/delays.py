@@ -20,7 +20,7 @@ import sys
 import time
 from typing import Any
 
-from rabbitq.amqp.publisher import DEFAULT_WINDOW, Publisher
+from rabbitq._amqp.publisher import DEFAULT_WINDOW, Publisher
 
 from .common import (
     BenchJob,

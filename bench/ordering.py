@@ -24,7 +24,7 @@ import statistics
 import sys
 
 from rabbitq import App, RetryPolicy
-from rabbitq.ops.run import WorkerSpec, worker_for
+from rabbitq._ops.run import WorkerSpec, worker_for
 
 from .common import (
     BenchJob,

@@ -21,7 +21,7 @@ import time
 from collections import Counter
 from typing import Any
 
-import rabbitq.ops.loop
+import rabbitq._ops.loop
 
 from . import consume
 from .common import (
@@ -50,7 +50,7 @@ def _cfg(n: int) -> Config:
 
 
 async def fill(queue: str, n: int) -> None:
-    from rabbitq.amqp.topology import declare
+    from rabbitq._amqp.topology import declare
 
     app = bench_app(queue, prefetch=consume.PREFETCH)
     async with connection(DEFAULT_URL, "rabbitq bench profile") as conn:
@@ -138,7 +138,7 @@ def main() -> None:
         asyncio.run(clean(args[0]))
     elif cmd == "consume":
         loop = "uvloop" if args[0].endswith("-uvloop") else "asyncio"
-        rabbitq.ops.loop.run(run(args[0], args[1], int(args[2])), loop=loop)
+        rabbitq._ops.loop.run(run(args[0], args[1], int(args[2])), loop=loop)
     elif cmd == "top":
         top(args[0], int(args[1]) if len(args) > 1 else 25)
     else:

@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 import aio_pika
 import orjson
 
-from rabbitq.amqp.publisher import DEFAULT_WINDOW, Publisher
+from rabbitq._amqp.publisher import DEFAULT_WINDOW, Publisher
 
 from .common import BenchJob, Config, bench_app, clock, job, topology, unique
 

@@ -20,8 +20,8 @@ import uuid
 import aio_pika
 
 from rabbitq import dlq
-from rabbitq.amqp import headers as h
-from rabbitq.amqp.copy import replay_headers
+from rabbitq._amqp import headers as h
+from rabbitq._amqp.copy import replay_headers
 from rabbitq.dlq.message import resolve_dlq
 
 DEFAULT_URL = "amqp://guest:guest@127.0.0.1:5672/"

@@ -20,7 +20,7 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-import rabbitq.ops.loop
+import rabbitq._ops.loop
 
 from . import batches, consume, latency, memory, processes, publish, replay_scenario, retry
 from .common import DEFAULT_URL, Config, Runner, check_local
@@ -244,7 +244,7 @@ def _target(m: Metric) -> str:
 
 def measure(runner: Runner, cfg: Config, loop: str) -> dict[str, float]:
     """One run of one side, on a fresh event loop of its own."""
-    with asyncio.Runner(loop_factory=rabbitq.ops.loop.factory(loop)) as r:
+    with asyncio.Runner(loop_factory=rabbitq._ops.loop.factory(loop)) as r:
         return r.run(runner(cfg))
 
 

@@ -30,7 +30,7 @@ from typing import Any
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
-import rabbitq.ops.loop
+import rabbitq._ops.loop
 from rabbitq import App, RetryPolicy, Worker
 from rabbitq.tracing import Tracing
 from rabbitq.tracing.base import NO_TRACING
@@ -218,4 +218,4 @@ if __name__ == "__main__":
     parser.add_argument("--n", type=int, default=5000)
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
-    rabbitq.ops.loop.run(main(check_local(args.url), args.n, args.rounds))  # uvloop, as the worker
+    rabbitq._ops.loop.run(main(check_local(args.url), args.n, args.rounds))  # uvloop, as the worker

@@ -6,7 +6,11 @@ with the reason attached. See the README for the guarantees and a tutorial.
 
 from importlib.metadata import PackageNotFoundError, version
 
-from .amqp.publisher import Publisher
+from ._amqp.publisher import Publisher
+from ._ops.endpoints import serve_metrics
+from ._ops.metrics import Metrics
+from ._worker.lifecycle import Worker
+from ._worker.partitioned import PartitionedWorker
 from .app import App
 from .batch import BatchContext, BatchResult
 from .breaker import Breaker
@@ -36,12 +40,9 @@ from .hooks import Hooks
 from .job import Job, Middleware
 from .loader import load_app
 from .message import Message
-from .ops.endpoints import serve_metrics
-from .ops.metrics import Metrics
 from .outcome import Outcome
 from .retry import RetryPolicy
 from .settings import TLS
-from .worker.lifecycle import Worker
 from .workflow import chain, chord, group
 
 try:
@@ -72,6 +73,7 @@ __all__ = [
     "Middleware",
     "Outcome",
     "PartialPublish",
+    "PartitionedWorker",
     "PermanentError",
     "PublishError",
     "PublishInterrupted",

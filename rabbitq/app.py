@@ -13,11 +13,11 @@ from datetime import timedelta
 from types import EllipsisType
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from .amqp.partition_plan import plan_partition
-from .amqp.partitions import check_partitions, partition_queue
-from .amqp.publisher import DEFAULT_TIMEOUT as DEFAULT_PUBLISH_TIMEOUT
-from .amqp.publisher import Publisher
-from .amqp.topology import DEFAULT_DELIVERY_LIMIT, DEFAULT_QUEUE_TYPE, QueueType, Topology, plan
+from ._amqp.partition_plan import plan_partition
+from ._amqp.partitions import check_partitions, partition_queue
+from ._amqp.publisher import DEFAULT_TIMEOUT as DEFAULT_PUBLISH_TIMEOUT
+from ._amqp.publisher import Publisher
+from ._amqp.topology import DEFAULT_DELIVERY_LIMIT, DEFAULT_QUEUE_TYPE, QueueType, Topology, plan
 from .backends.defaults import Backend, app_stores
 from .batch import DEFAULT_MAX_SIZE, DEFAULT_MAX_WAIT, BatchLimits
 from .breaker import Breaker

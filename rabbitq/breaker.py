@@ -7,7 +7,7 @@ in the queue, no attempt used), then lets a few probe messages through: if they
 succeed it consumes again, if one fails it waits another cool-down.
 
 :class:`Breaker` is the configuration, :class:`Circuit` the pure state machine (time is
-passed in); :class:`rabbitq.worker.breaker_guard.BreakerGuard` is what the worker calls.
+passed in); :class:`rabbitq._worker.breaker_guard.BreakerGuard` is what the worker calls.
 Off by default; see docs/safety.md for why and how to choose.
 
 States: ``closed`` (normal) → ``open`` (no handler runs, the consumer is cancelled) →

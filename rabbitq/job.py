@@ -15,8 +15,8 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
-from .amqp import headers as h
-from .amqp.properties import message_id_of
+from ._amqp import headers as h
+from ._amqp.properties import message_id_of
 from .errors import ConfigurationError, RetryLater
 from .outcome import ACK, REQUEUE, DeadLetter, Outcome
 from .retry import RetryPolicy, after_exception, after_failure, after_retry_later

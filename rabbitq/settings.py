@@ -79,7 +79,7 @@ class Settings:
     """Where the broker is and how to reach it. Build it with :meth:`from_env` or pass
     the fields yourself. ``consumer_timeout``: the broker's, in seconds, if you know it
     (``0``: it has none; ``None``: assume RabbitMQ's default, see
-    ``rabbitq.worker.consumer_timeout``)."""
+    ``rabbitq._worker.consumer_timeout``)."""
 
     url: str = DEFAULT_URL
     tls: TLS = field(default_factory=TLS)

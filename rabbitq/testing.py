@@ -32,15 +32,15 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from .amqp import headers as h
+from ._amqp import headers as h
+from ._worker.batching import Batcher
+from ._worker.dispatch import new_job
+from ._worker.stages import for_testing
 from .app import App
 from .effects.followups import FollowUp
 from .ladder import plan as ladder
 from .message import Message, encode
 from .outcome import Ack, DeadLetter, Outcome, Requeue, Retry, delay_label
-from .worker.batching import Batcher
-from .worker.dispatch import new_job
-from .worker.stages import for_testing
 
 __all__ = ["FakeDelivery", "Result", "deliver", "deliver_batch", "deliver_sync"]
 

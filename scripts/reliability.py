@@ -35,7 +35,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from rabbitq.amqp.brokers import FACT_ROWS  # noqa: E402
+from rabbitq._amqp.brokers import FACT_ROWS  # noqa: E402
 from tests.broker_node import BrokerNode  # noqa: E402
 from tests.chaos import cluster_scenarios, loss_paths, scenarios  # noqa: E402
 from tests.chaos.scenarios import Result, Speed  # noqa: E402
@@ -174,7 +174,7 @@ BROKER_END = "<!-- broker-facts:end -->"
 
 
 def render_broker_facts() -> str:
-    """The broker facts table (``rabbitq.amqp.brokers.FACT_ROWS``), between the markers."""
+    """The broker facts table (``rabbitq._amqp.brokers.FACT_ROWS``), between the markers."""
     rows = [
         BROKER_BEGIN,
         "| fact | 3.10-3.13 | 4.0-4.2 | 4.3 | verified here on 3.10.8 | RabbitMQ docs |",

@@ -23,7 +23,7 @@ import pytest
 from aio_pika.abc import AbstractRobustConnection
 
 from rabbitq import App
-from rabbitq.ops.containers import throwaway_broker
+from rabbitq._ops.containers import throwaway_broker
 
 from .helpers import delete_app_objects, redis_key_prefix
 

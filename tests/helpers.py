@@ -17,7 +17,7 @@ from aio_pika.abc import AbstractIncomingMessage, AbstractRobustConnection
 from click.testing import Result
 
 from rabbitq import App, Worker
-from rabbitq.amqp.topology import retry_queue_name
+from rabbitq._amqp.topology import retry_queue_name
 from rabbitq.hooks import Hooks
 
 REDIS_URL = os.environ.get("RABBITQ_TEST_REDIS", "redis://127.0.0.1:6379/0")
@@ -215,7 +215,7 @@ async def queue_depth(conn: AbstractRobustConnection, queue: str) -> int:
 async def declare_topology(conn: AbstractRobustConnection, app: App) -> None:
     """Declare ``app``'s exchange, queues and bindings without running a worker, so that
     messages can be published (and left waiting) before a worker starts."""
-    from rabbitq.amqp.topology import declare
+    from rabbitq._amqp.topology import declare
 
     channel = await conn.channel()
     await declare(channel, app.topology())

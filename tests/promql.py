@@ -1,5 +1,5 @@
 """What the dashboard and the alert rules ask Prometheus, read from the shipped files, and
-what the code exports, read from :class:`rabbitq.ops.metrics.Metrics`: shared by the static
+what the code exports, read from :class:`rabbitq._ops.metrics.Metrics`: shared by the static
 checks (tests/project/test_dashboard.py, tests/project/test_deploy.py) and the live
 Prometheus test."""
 
@@ -130,10 +130,10 @@ def label_names(expr: str) -> set[str]:
 
 def exported() -> dict[str, frozenset[str]]:
     """Every series name the code exports, with its label names (target labels and the
-    histogram's ``le`` included), from a :class:`~rabbitq.ops.metrics.Metrics` and the
+    histogram's ``le`` included), from a :class:`~rabbitq._ops.metrics.Metrics` and the
     outbox relay's :class:`~rabbitq.effects.metrics.OutboxMetrics`, on fresh registries."""
+    from rabbitq._ops.metrics import Metrics
     from rabbitq.effects.metrics import OutboxMetrics
-    from rabbitq.ops.metrics import Metrics
 
     out: dict[str, frozenset[str]] = {}
     for metrics in (Metrics(CollectorRegistry()), OutboxMetrics("t", CollectorRegistry())):

@@ -8,7 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 from rabbitq import App
-from rabbitq.amqp.failover import connection_order
+from rabbitq._amqp.failover import connection_order
 from rabbitq.cli.common import url_option
 from rabbitq.errors import ConfigurationError
 from rabbitq.settings import broker_urls, join_urls, redact_url, scrub, url_password

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import click
 
-from ..ops import logs
+from .._ops import logs
 
 # Modules, not their commands: ``rabbitq.cli.dlq`` stays the module (tests patch it).
 from . import (

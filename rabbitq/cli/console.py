@@ -11,8 +11,8 @@ from typing import Any
 
 import click
 
+from .._ops import logs
 from ..loader import load_app
-from ..ops import logs
 from ..settings import TLS, TLS_CA_ENV, TLS_CERT_ENV, TLS_KEY_ENV, resolve_url, url_password
 from .common import friendly_errors, tls_options, url_option
 

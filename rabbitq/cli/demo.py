@@ -12,7 +12,7 @@ import orjson
 from click.core import ParameterSource
 from rich.console import Console
 
-from ..ops import containers
+from .._ops import containers
 from ..settings import TLS, redact_url, resolve_url
 from .common import friendly_errors, tls_options, url_option
 

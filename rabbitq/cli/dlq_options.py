@@ -14,7 +14,7 @@ from aio_pika.abc import AbstractConnection
 from rich.console import Console
 
 from .. import dlq as ops
-from ..amqp.connection import connect_once
+from .._amqp.connection import connect_once
 from ..errors import DlqInterrupted
 from ..retry import DLQ_REASONS as REASONS
 from ..settings import TLS, resolve_url

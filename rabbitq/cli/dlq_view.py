@@ -29,7 +29,7 @@ from rich.progress import (
 from rich.table import Table
 from rich.text import Text
 
-from ..amqp import headers as h
+from .._amqp import headers as h
 from ..dlq import DeadMessage, Tally
 from ..dlq import file as dlq_file
 from ..dlq.text import ERROR_WIDTH, body_text, escape, shorten, value_text

@@ -1,6 +1,6 @@
 """``rabbitq doctor MODULE:APP``: what could lose messages or stop a worker, with the
-fix for each. Exits 1 when there is a danger. Facts: :mod:`rabbitq.ops.doctor_probe`;
-decisions: :mod:`rabbitq.ops.doctor`."""
+fix for each. Exits 1 when there is a danger. Facts: :mod:`rabbitq._ops.doctor_probe`;
+decisions: :mod:`rabbitq._ops.doctor`."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ import sys
 
 import click
 
+from .._ops.doctor import diagnose, worst
+from .._ops.doctor_facts import Finding
+from .._ops.doctor_probe import gather
 from ..loader import load_app
-from ..ops.doctor import diagnose, worst
-from ..ops.doctor_facts import Finding
-from ..ops.doctor_probe import gather
 from ..settings import TLS, Settings
 from .common import friendly_errors, tls_options, url_option
 

@@ -11,12 +11,12 @@ from typing import Any
 
 import click
 
-from ..amqp.connection import connect_once
+from .._amqp.connection import connect_once
+from .._ops import logs, loop
+from .._ops.endpoints import DEFAULT_BIND
 from ..app import App
 from ..errors import ConfigurationError, missing
 from ..loader import load_app
-from ..ops import logs, loop
-from ..ops.endpoints import DEFAULT_BIND
 from ..settings import TLS, redact_url, url_password
 from .common import friendly_errors, tls_options, url_option
 

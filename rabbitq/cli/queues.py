@@ -10,9 +10,9 @@ import orjson
 from rich.console import Console
 from rich.table import Table
 
-from ..amqp import orphans, teardown
-from ..amqp.connection import connect
-from ..amqp.topology import (
+from .._amqp import orphans, teardown
+from .._amqp.connection import connect
+from .._amqp.topology import (
     QueueDepth,
     Topology,
     declare,

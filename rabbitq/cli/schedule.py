@@ -12,9 +12,9 @@ import orjson
 from rich.console import Console
 from rich.table import Table
 
+from .._ops import logs
+from .._ops.endpoints import DEFAULT_BIND
 from ..loader import load_app
-from ..ops import logs
-from ..ops.endpoints import DEFAULT_BIND
 from ..schedule import listing
 from ..schedule.metrics import ScheduleMetrics
 from ..schedule.runner import Scheduler

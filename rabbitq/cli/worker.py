@@ -1,4 +1,4 @@
-"""``rabbitq worker``: parse the options into a :class:`~rabbitq.ops.run.WorkerSpec` and
+"""``rabbitq worker``: parse the options into a :class:`~rabbitq._ops.run.WorkerSpec` and
 run it, in this process or under the supervisor of ``--processes N``."""
 
 from __future__ import annotations
@@ -7,13 +7,13 @@ import sys
 
 import click
 
+from .._ops import logs
+from .._ops.endpoints import DEFAULT_BIND
+from .._ops.run import WorkerSpec, run
+from .._ops.supervisor import Supervisor
+from .._worker.lifecycle import DEFAULT_GRACE_PERIOD
 from ..loader import load_app
-from ..ops import logs
-from ..ops.endpoints import DEFAULT_BIND
-from ..ops.run import WorkerSpec, run
-from ..ops.supervisor import Supervisor
 from ..settings import CONSUMER_TIMEOUT_ENV, TLS, url_password
-from ..worker.lifecycle import DEFAULT_GRACE_PERIOD
 from .common import friendly_errors, tls_options, url_option
 
 

@@ -16,7 +16,7 @@ from types import FrameType
 import aiormq
 import uvicorn
 
-from ..amqp.connection import connect_once
+from .._amqp.connection import connect_once
 from ..errors import BrokerUnavailable
 
 log = logging.getLogger("rabbitq.console")

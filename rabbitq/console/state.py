@@ -21,8 +21,8 @@ from typing import Any
 from aio_pika.abc import AbstractRobustConnection
 from prometheus_client.parser import text_string_to_metric_families
 
-from ..amqp.connection import connect
-from ..amqp.topology import QueueDepth, queue_depths
+from .._amqp.connection import connect
+from .._amqp.topology import QueueDepth, queue_depths
 from ..errors import RabbitqError
 from ..settings import redact_url, scrub, url_password
 from .actions import Jobs, Snapshots

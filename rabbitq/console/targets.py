@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..amqp.topology import dlq_name, retry_queue_name
+from .._amqp.topology import dlq_name, retry_queue_name
 from ..app import App
 from ..retry import RetryPolicy
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from markupsafe import Markup
 
-from ..amqp import headers as h
+from .._amqp import headers as h
 from ..dlq.message import DeadMessage
 from ..dlq.text import body_text, escape, value_text
 from .history import Rates, Sample, rates

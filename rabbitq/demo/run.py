@@ -20,17 +20,17 @@ import aiormq
 from aio_pika.abc import AbstractRobustConnection
 from rich.console import Console
 
-from ..amqp import properties
-from ..amqp.confirm import send_confirmed
-from ..amqp.connection import START_HINT, connect
-from ..amqp.publisher import Publisher
-from ..amqp.topology import QueueDepth, Topology, declare, queue_depths
+from .._amqp import properties
+from .._amqp.confirm import send_confirmed
+from .._amqp.connection import START_HINT, connect
+from .._amqp.publisher import Publisher
+from .._amqp.topology import QueueDepth, Topology, declare, queue_depths
+from .._ops.containers import docker_available
+from .._ops.run import WorkerSpec, worker_for
+from .._worker.partitioned import AnyWorker
 from ..app import App
 from ..errors import BrokerUnavailable, RabbitqError, TopologyMismatch
-from ..ops.containers import docker_available
-from ..ops.run import WorkerSpec, worker_for
 from ..settings import TLS
-from ..worker.partitioned import AnyWorker
 from .scenario import (
     DEFAULT_COUNT,
     DEFAULT_TIMEOUT,

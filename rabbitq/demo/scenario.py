@@ -17,7 +17,7 @@ from typing import Any
 
 import orjson
 
-from ..amqp.topology import QueueDepth, delay_label
+from .._amqp.topology import QueueDepth, delay_label
 from ..app import App
 from ..context import Context
 from ..errors import PermanentError

@@ -22,7 +22,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from ..amqp.topology import QueueDepth, Topology, delay_label
+from .._amqp.topology import QueueDepth, Topology, delay_label
 from ..settings import redact_url
 from .scenario import DEMO_QUEUE, Counts, DemoSummary, DemoTally, Planned
 

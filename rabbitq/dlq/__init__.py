@@ -2,7 +2,7 @@
 import and purge (the ``rabbitq dlq`` commands call these).
 
 The package holds one concept per module: :mod:`.message` (a dead message and its
-filters, pure; its copies are :mod:`rabbitq.amqp.copy`'s), :mod:`.text` (its text,
+filters, pure; its copies are :mod:`rabbitq._amqp.copy`'s), :mod:`.text` (its text,
 escaped to be shown), :mod:`.file` (the JSONL export format, pure),
 :mod:`.tally` (what an operation did), :mod:`.reader` (reading a DLQ without removing
 anything, and the preamble every operation shares), :mod:`.mover` (copy, confirm,
@@ -11,7 +11,7 @@ then ack), :mod:`.operations` (list, show, replay, purge) and :mod:`.transfer`
 
 The package exports the operations and the types they take and give; the helpers
 (``parse_when``, ``reason_of``, ``origin_of``, ``failed_at_of``, ``resolve_dlq``), the
-constants and the copies (:mod:`rabbitq.amqp.copy`) are imported from their modules.
+constants and the copies (:mod:`rabbitq._amqp.copy`) are imported from their modules.
 """
 
 from .message import DeadMessage, Filters

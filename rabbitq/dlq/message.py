@@ -1,6 +1,6 @@
 """A dead message, read from a DLQ or an export file, and what can be decided about it
 without I/O: its reason, origin and failure time, and the filters that select it. The
-copy that a replay publishes is :func:`rabbitq.amqp.copy.replay`'s.
+copy that a replay publishes is :func:`rabbitq._amqp.copy.replay`'s.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from typing import Any
 
 from aio_pika.abc import AbstractIncomingMessage
 
-from ..amqp import headers as h
-from ..amqp.topology import DLQ_SUFFIX, dlq_name
+from .._amqp import headers as h
+from .._amqp.topology import DLQ_SUFFIX, dlq_name
 from ..errors import DlqError
 from ..retry import parse_attempt
 from . import file as dlq_file

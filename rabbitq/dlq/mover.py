@@ -8,8 +8,8 @@ from collections.abc import Awaitable
 
 from aio_pika.abc import AbstractChannel, AbstractIncomingMessage
 
-from ..amqp.confirm import send_confirmed
-from ..amqp.copy import Copy
+from .._amqp.confirm import send_confirmed
+from .._amqp.copy import Copy
 from ..errors import PublishInterrupted, PublishNacked, Unroutable
 from ..tracing.base import NO_SEND, SendSpan
 from .reader import Reader

@@ -21,9 +21,9 @@ import contextlib
 import aiormq
 from aio_pika.abc import AbstractConnection
 
-from ..amqp import headers as h
-from ..amqp.copy import Copy, replay_headers
-from ..amqp.copy import replay as replay_copy
+from .._amqp import headers as h
+from .._amqp.copy import Copy, replay_headers
+from .._amqp.copy import replay as replay_copy
 from ..errors import DlqError
 from ..tracing.base import NO_SEND, NO_TRACING, SendSpan, Tracing
 from .message import DeadMessage, Filters, resolve_dlq

@@ -17,7 +17,7 @@ from urllib.parse import unquote, urlsplit
 import aiormq
 from aio_pika.abc import AbstractChannel, AbstractConnection, AbstractIncomingMessage
 
-from ..amqp.connection import connect_once
+from .._amqp.connection import connect_once
 from ..errors import DlqError, DlqInterrupted
 from ..settings import redact_url, resolve_url
 from .message import Filters, resolve_dlq

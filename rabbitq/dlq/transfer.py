@@ -16,10 +16,10 @@ from pathlib import Path
 import aiormq
 from aio_pika.abc import AbstractConnection, AbstractIncomingMessage
 
-from ..amqp.confirm import send_confirmed
-from ..amqp.copy import Copy
-from ..amqp.copy import replay as replay_copy
-from ..amqp.copy import stored as stored_copy
+from .._amqp.confirm import send_confirmed
+from .._amqp.copy import Copy
+from .._amqp.copy import replay as replay_copy
+from .._amqp.copy import stored as stored_copy
 from ..errors import DlqError, PublishError, PublishInterrupted
 from ..settings import redact_url, resolve_url
 from . import file as dlq_file

@@ -25,9 +25,9 @@ import psycopg
 from aio_pika.abc import AbstractChannel, AbstractRobustConnection
 from pamqp.commands import Basic
 
-from ..amqp import properties as props
-from ..amqp.confirm import error_kind, send_confirmed
-from ..amqp.connection import connect
+from .._amqp import properties as props
+from .._amqp.confirm import error_kind, send_confirmed
+from .._amqp.connection import connect
 from ..errors import PublishError
 from ..settings import TLS
 from .backoff import Failure, FailureLog, backoff

@@ -13,8 +13,8 @@ from collections.abc import Sequence
 
 from aio_pika.abc import AbstractChannel
 
-from ..amqp import properties
-from ..amqp.confirm import send_confirmed
+from .._amqp import properties
+from .._amqp.confirm import send_confirmed
 from ..errors import PublishError
 from ..hooks import Hooks
 from ..message import encode

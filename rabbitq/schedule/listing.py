@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import aiormq
 from pamqp.commands import Basic
 
-from ..amqp.connection import connect_once
+from .._amqp.connection import connect_once
 from ..settings import TLS
 from . import plan
 from .spec import ScheduledApp

@@ -1,5 +1,5 @@
 """Prometheus metrics of the scheduler, on an injected registry (as
-:class:`rabbitq.ops.metrics.Metrics`): the worker passes its own, so ``/metrics`` shows
+:class:`rabbitq._ops.metrics.Metrics`): the worker passes its own, so ``/metrics`` shows
 them beside the worker's; ``rabbitq scheduler --metrics-port`` serves them alone."""
 
 from __future__ import annotations

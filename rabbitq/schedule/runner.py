@@ -38,7 +38,7 @@ import aio_pika
 import aiormq
 from aio_pika.abc import AbstractChannel, AbstractConnection
 
-from ..amqp.connection import connect_once
+from .._amqp.connection import connect_once
 from ..errors import BrokerUnavailable
 from ..settings import TLS
 from . import plan

@@ -17,7 +17,7 @@ from datetime import datetime
 import aiormq
 from pamqp.commands import Basic
 
-from ..amqp import properties
+from .._amqp import properties
 from ..message import CONTENT_TYPE, Message, encode
 from . import plan
 from .spec import tick_id

@@ -2,7 +2,7 @@
 the status store failed (``failed``) or the writer's queue was full (``dropped``).
 
 A :class:`~rabbitq.status.writer.StatusObserver` on an injected registry; the worker
-wiring (:mod:`rabbitq.ops.run`) attaches one to the app's writer when it serves metrics.
+wiring (:mod:`rabbitq._ops.run`) attaches one to the app's writer when it serves metrics.
 """
 
 from __future__ import annotations

@@ -37,7 +37,7 @@ from contextlib import AbstractContextManager
 from types import TracebackType
 from typing import Any
 
-from ..amqp.headers import CALLBACK_OF, GROUP
+from .._amqp.headers import CALLBACK_OF, GROUP
 from ..tracing.base import NO_DELIVERY, NO_SEND, DeliverySpan, SendSpan, Tracing
 from .model import (
     DEAD_LETTERED,

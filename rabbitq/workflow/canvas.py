@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from ..amqp import headers as h
+from .._amqp import headers as h
 from ..errors import ConfigurationError, PartialPublish, PublishError
 from ..message import Message
 from . import wire

@@ -35,7 +35,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
-from ..amqp import headers as h
+from .._amqp import headers as h
 from ..effects.followups import FollowUp, make_follow_up
 from ..effects.guard import Effects
 from ..errors import PermanentError, RetryLater

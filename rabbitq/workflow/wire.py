@@ -5,8 +5,8 @@ chord member carries :data:`CHORD` (its index, the member count, the callback an
 ``on_failure`` message). Both are one JSON text, at most :data:`MAX_HEADER_BYTES`
 bytes: RabbitMQ must fit a message's headers into one frame (128 KiB by default), and
 every member of a chord carries the callback again. Every member of a group, a chord or
-a chain carries :data:`~rabbitq.amqp.headers.GROUP`; a callback carries
-:data:`~rabbitq.amqp.headers.CALLBACK_OF`.
+a chain carries :data:`~rabbitq._amqp.headers.GROUP`; a callback carries
+:data:`~rabbitq._amqp.headers.CALLBACK_OF`.
 
 A step is written as ``[type name, body]``: the next step is published as it was given,
 whichever service handles it, without this process knowing its model (:func:`message_of`).

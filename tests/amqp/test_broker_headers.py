@@ -7,8 +7,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from rabbitq.amqp import headers as h
-from rabbitq.amqp.copy import replay_headers
+from rabbitq._amqp import headers as h
+from rabbitq._amqp.copy import replay_headers
 
 WHEN = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
 DELIVERY_LIMIT = {

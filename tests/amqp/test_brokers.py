@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from rabbitq.amqp.brokers import (
+from rabbitq._amqp.brokers import (
     BrokerVersion,
     describe,
     facts_for,
@@ -116,7 +116,7 @@ def test_log_broker_reads_the_version_from_an_aio_pika_connection(caplog):
 
 
 def test_every_x_header_belongs_to_the_broker_and_rabbitqs_own_do_not():
-    from rabbitq.amqp.brokers import BROKER_HEADERS, broker_owned
+    from rabbitq._amqp.brokers import BROKER_HEADERS, broker_owned
 
     assert all(broker_owned(h) for h in BROKER_HEADERS)
     assert broker_owned("X-Custom-Thing")
@@ -150,7 +150,7 @@ def test_4_3_is_described_with_what_nack_and_reject_do_and_where_timeouts_apply(
 
 
 def test_every_fact_says_whether_it_was_verified_here_and_which_docs_it_rests_on():
-    from rabbitq.amqp.brokers import FACT_ROWS
+    from rabbitq._amqp.brokers import FACT_ROWS
 
     assert len({row.fact for row in FACT_ROWS}) == len(FACT_ROWS)
     for row in FACT_ROWS:

@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 
 from rabbitq import PublishInterrupted
-from rabbitq.amqp import failover
-from rabbitq.amqp.cancel import cancelled_by_caller
-from rabbitq.amqp.confirm import send_confirmed
-from rabbitq.amqp.properties import new
+from rabbitq._amqp import failover
+from rabbitq._amqp.cancel import cancelled_by_caller
+from rabbitq._amqp.confirm import send_confirmed
+from rabbitq._amqp.properties import new
 from rabbitq.message import Message
 
 

@@ -1,5 +1,5 @@
 """What each copy carries and where it goes, written once for the worker and the DLQ
-tools (rabbitq.amqp.copy): the target queue, the headers and the properties."""
+tools (rabbitq._amqp.copy): the target queue, the headers and the properties."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from rabbitq import App, Message, RetryPolicy
-from rabbitq.amqp import copy
-from rabbitq.amqp import headers as h
+from rabbitq._amqp import copy
+from rabbitq._amqp import headers as h
 from rabbitq.dlq import DeadMessage
 from rabbitq.outcome import DeadLetter, Retry
 from rabbitq.retry import EXHAUSTED

@@ -3,8 +3,8 @@ combines queue arguments and policies."""
 
 from __future__ import annotations
 
-from rabbitq.amqp.droprisk import drop_risks, summary
-from rabbitq.amqp.topology import dlq_arguments
+from rabbitq._amqp.droprisk import drop_risks, summary
+from rabbitq._amqp.topology import dlq_arguments
 
 QUORUM = dlq_arguments("quorum")
 CLASSIC = dlq_arguments("classic")

@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from rabbitq.amqp import headers as h
+from rabbitq._amqp import headers as h
 
 
 def raise_and_catch(exc: BaseException) -> BaseException:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from rabbitq.amqp import orphans
-from rabbitq.amqp.topology import QueueDepth, plan
+from rabbitq._amqp import orphans
+from rabbitq._amqp.topology import QueueDepth, plan
 
 
 def topology(*delays_ms: int):

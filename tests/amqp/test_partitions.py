@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from rabbitq import App, Message, RetryPolicy
-from rabbitq.amqp import partitions
-from rabbitq.amqp.partition_plan import plan_partition
+from rabbitq._amqp import partitions
+from rabbitq._amqp.partition_plan import plan_partition
+from rabbitq._worker.partitioned import homes
 from rabbitq.errors import ConfigurationError
-from rabbitq.worker.partitioned import homes
 
 
 class Move(Message, type="test.partitions.move"):

@@ -7,7 +7,7 @@ import itertools
 import pytest
 
 from rabbitq import App, ConfigurationError
-from rabbitq.amqp.confirm import RETRY_MAX_WAIT, retry_waits
+from rabbitq._amqp.confirm import RETRY_MAX_WAIT, retry_waits
 
 
 def test_retry_waits_double_from_a_tenth_of_a_second_up_to_a_cap():

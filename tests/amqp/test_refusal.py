@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pamqp import commands
 
-from rabbitq.amqp import refusal
+from rabbitq._amqp import refusal
 
 URL = "amqp://app:s3cret@rabbit:5672/shop%2Fprod"
 

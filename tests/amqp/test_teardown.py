@@ -3,9 +3,9 @@ and 4): a queue with messages or consumers is never deleted unless forced."""
 
 from __future__ import annotations
 
-from rabbitq.amqp.orphans import deletable
-from rabbitq.amqp.teardown import busy, refusal
-from rabbitq.amqp.topology import QueueDepth
+from rabbitq._amqp.orphans import deletable
+from rabbitq._amqp.teardown import busy, refusal
+from rabbitq._amqp.topology import QueueDepth
 
 
 def depth(name: str, messages: int = 0, consumers: int = 0, exists: bool = True) -> QueueDepth:

@@ -6,7 +6,7 @@ import aiormq
 import pytest
 
 from rabbitq import ConfigurationError, TopologyMismatch
-from rabbitq.amqp.topology import (
+from rabbitq._amqp.topology import (
     DEFAULT_DELIVERY_LIMIT,
     delay_label,
     delay_ms,

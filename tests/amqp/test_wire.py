@@ -1,5 +1,5 @@
 """Tolerant decoding of what other producers put on the wire, and copies that can always
-be encoded again (``rabbitq.amqp.wire``). Property-based: hypothesis writes the frames."""
+be encoded again (``rabbitq._amqp.wire``). Property-based: hypothesis writes the frames."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 from pamqp import commands, encode, header
 from pamqp import decode as pamqp_decode
 
-from rabbitq.amqp import headers as h
-from rabbitq.amqp import wire
+from rabbitq._amqp import headers as h
+from rabbitq._amqp import wire
 
 # pamqp's decoder as shipped, in a module of its own that install() never touches.
 _spec = importlib.util.spec_from_file_location("pristine_decode", pamqp_decode.__file__)

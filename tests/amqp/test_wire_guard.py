@@ -1,4 +1,4 @@
-"""The guard around rabbitq.amqp.wire's patch of pamqp's decoder.
+"""The guard around rabbitq._amqp.wire's patch of pamqp's decoder.
 
 The tolerant decoders replace four functions of pamqp (pinned to one major version in
 pyproject.toml). If a pamqp release changes one of them, the first test here fails:
@@ -15,7 +15,7 @@ from collections.abc import Iterator
 import pytest
 from pamqp import decode
 
-from rabbitq.amqp import wire
+from rabbitq._amqp import wire
 
 # sha256 of the source of pamqp's own function of each slot install() replaces
 # (pamqp 4.0.1), first 16 hex digits.

@@ -36,7 +36,7 @@ import aio_pika
 import redis.asyncio as aioredis
 
 from rabbitq import App
-from rabbitq.ops.batch_series import BATCH_SIZE_BUCKETS
+from rabbitq._ops.batch_series import BATCH_SIZE_BUCKETS
 
 from ..helpers import declare_topology, delete_app_objects, drain_queue, queue_depth
 from . import batch_service as service

@@ -2,7 +2,7 @@
 cluster whose quorum queues are replicated on all three nodes, and ``kill -9`` of one
 node: the one the worker is connected to, or (separately) the main queue's leader.
 
-Every client is given all three addresses (``rabbitq.amqp.failover``): the worker, the
+Every client is given all three addresses (``rabbitq._amqp.failover``): the worker, the
 publisher (``retry_for``) and the test's own connection move to another node when theirs
 dies. Counted as in the other scenarios (``harness.ChaosRun``): every confirmed message
 handled or dead-lettered, duplicates reported; and the time from the kill until handling

@@ -30,7 +30,7 @@ from typing import Any
 from aio_pika.abc import AbstractIncomingMessage, AbstractRobustConnection
 
 from rabbitq import App, PublishError
-from rabbitq.amqp import failover
+from rabbitq._amqp import failover
 from rabbitq.dlq.message import reason_of
 from rabbitq.settings import broker_urls
 

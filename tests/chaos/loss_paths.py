@@ -27,10 +27,10 @@ from prometheus_client import CollectorRegistry
 
 from rabbitq import App, Context, Hooks, Message, PublishError, RetryPolicy, Worker
 from rabbitq import dlq as dlq_lib
-from rabbitq.amqp.topology import dlq_arguments
+from rabbitq._amqp.topology import dlq_arguments
+from rabbitq._ops.metrics import Metrics
 from rabbitq.dlq.message import reason_of
 from rabbitq.errors import DlqError
-from rabbitq.ops.metrics import Metrics
 
 from ..broker_node import BrokerNode
 from ..helpers import declare_topology, delete_app_objects, queue_depth, running, wait_for
@@ -192,8 +192,8 @@ async def same_id_publishes(node: BrokerNode, *, queue_type: str, pairs: int = 1
     routable one confirmed, the unroutable one raising Unroutable."""
     from pamqp.commands import Basic
 
-    from rabbitq.amqp.confirm import send_confirmed
-    from rabbitq.amqp.topology import plan
+    from rabbitq._amqp.confirm import send_confirmed
+    from rabbitq._amqp.topology import plan
     from rabbitq.errors import Unroutable
 
     started = time.monotonic()

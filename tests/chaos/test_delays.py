@@ -37,8 +37,8 @@ from pathlib import Path
 import pytest
 
 from rabbitq import App, PublishError
+from rabbitq._ops import queue_watch
 from rabbitq.ladder import plan as ladder
-from rabbitq.ops import queue_watch
 
 from ..broker_node import BrokerNode
 from ..helpers import declare_topology, delete_app_objects, queue_depth

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from rabbitq.amqp import headers as h
+from rabbitq._amqp import headers as h
 from rabbitq.cli.dlq_view import message_table
 from rabbitq.dlq import DeadMessage, Filters
 

@@ -7,7 +7,7 @@ import io
 
 from rich.console import Console
 
-from rabbitq.amqp import headers as h
+from rabbitq._amqp import headers as h
 from rabbitq.cli.dlq_view import json_line, message_detail, message_table, tally_text
 from rabbitq.dlq import DeadMessage, Tally
 from rabbitq.dlq.text import body_text, escape

@@ -13,9 +13,9 @@ import pytest
 from click.testing import CliRunner, Result
 
 from rabbitq import App
+from rabbitq._ops.run import WorkerSpec
 from rabbitq.cli import main
 from rabbitq.cli import worker as worker_cli
-from rabbitq.ops.run import WorkerSpec
 
 
 @pytest.fixture(autouse=True)

@@ -13,8 +13,8 @@ import aio_pika
 import orjson
 
 from rabbitq import App
-from rabbitq.amqp import headers as h
-from rabbitq.amqp.topology import declare
+from rabbitq._amqp import headers as h
+from rabbitq._amqp.topology import declare
 
 from ..helpers import delete_app_objects
 

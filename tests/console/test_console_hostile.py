@@ -8,7 +8,7 @@ import re
 import aio_pika
 import orjson
 
-from rabbitq.amqp import headers as h
+from rabbitq._amqp import headers as h
 from rabbitq.console.security import host_allowed, host_name, served_hosts
 
 from .broker import dead, publish

@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from rabbitq.amqp import headers as h
+from rabbitq._amqp import headers as h
 from rabbitq.console.actions import ScopeError, Snapshots, operation_filters, select
 from rabbitq.console.chart import sparkline
 from rabbitq.console.fingerprint import (

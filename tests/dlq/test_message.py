@@ -7,9 +7,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from rabbitq.amqp import headers as h
-from rabbitq.amqp.copy import replay as replay_copy
-from rabbitq.amqp.copy import replay_headers
+from rabbitq._amqp import headers as h
+from rabbitq._amqp.copy import replay as replay_copy
+from rabbitq._amqp.copy import replay_headers
 from rabbitq.dlq import DeadMessage, Filters
 from rabbitq.dlq.message import origin_of, parse_when, reason_of, resolve_dlq
 from rabbitq.errors import DlqError

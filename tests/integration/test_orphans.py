@@ -14,7 +14,7 @@ import aio_pika
 import orjson
 import pytest
 
-from rabbitq.amqp.topology import queue_depths
+from rabbitq._amqp.topology import queue_depths
 
 pytestmark = pytest.mark.broker
 

@@ -9,7 +9,7 @@ import aio_pika
 import orjson
 import pytest
 
-from rabbitq.amqp.topology import queue_depths
+from rabbitq._amqp.topology import queue_depths
 
 from .test_orphans import SERVICE, put, run
 

@@ -22,7 +22,7 @@ import orjson
 import pytest
 
 from rabbitq import App, Message, RetryPolicy, TopologyMismatch, Worker
-from rabbitq.amqp.topology import dlq_arguments
+from rabbitq._amqp.topology import dlq_arguments
 
 from ..helpers import queue_depth, running
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from rabbitq.amqp.topology import queue_depths
+from rabbitq._amqp.topology import queue_depths
 
 from .test_orphans import SERVICE, put, run
 

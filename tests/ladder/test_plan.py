@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from rabbitq import DelayError
-from rabbitq.amqp.topology import plan as topology_plan
+from rabbitq._amqp.topology import plan as topology_plan
 from rabbitq.ladder import plan
 
 NOW = datetime(2026, 3, 29, 0, 59, 59, 999_999, tzinfo=UTC)

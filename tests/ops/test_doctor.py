@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import replace
 
 from rabbitq import App, Message, RetryPolicy
-from rabbitq.amqp.brokers import BrokerVersion, facts_for
-from rabbitq.amqp.topology import plan
-from rabbitq.ops.doctor import diagnose, worst
-from rabbitq.ops.doctor_facts import Facts, QueueState
+from rabbitq._amqp.brokers import BrokerVersion, facts_for
+from rabbitq._amqp.topology import plan
+from rabbitq._ops.doctor import diagnose, worst
+from rabbitq._ops.doctor_facts import Facts, QueueState
 
 
 class Ping(Message, type="doctor.ping"):

@@ -9,10 +9,10 @@ import pytest
 from prometheus_client import CollectorRegistry, Counter
 
 from rabbitq import App, Message, Metrics, Worker, serve_metrics
+from rabbitq._ops.endpoints import EndpointServer, Heartbeat
+from rabbitq._ops.status import state_code, state_reason
+from rabbitq._ops.supervisor import restart_delay
 from rabbitq.errors import ConfigurationError
-from rabbitq.ops.endpoints import EndpointServer, Heartbeat
-from rabbitq.ops.status import state_code, state_reason
-from rabbitq.ops.supervisor import restart_delay
 from tests.scrape import http_get, parse
 
 
@@ -122,7 +122,7 @@ async def test_serve_metrics_needs_the_worker_to_report_to_the_same_metrics():
 
 
 def test_worker_states_survive_the_trip_through_shared_memory():
-    from rabbitq.worker.consumer import NOT_CONNECTED, NOT_CONSUMING, STARTING
+    from rabbitq._worker.consumer import NOT_CONNECTED, NOT_CONSUMING, STARTING
 
     for reason in (None, STARTING, NOT_CONNECTED, NOT_CONSUMING):
         assert state_reason(state_code(reason)) == reason

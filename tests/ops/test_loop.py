@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from rabbitq.ops import loop
+from rabbitq._ops import loop
 
 
 async def _loop_class_name() -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from prometheus_client import REGISTRY, CollectorRegistry
 
 from rabbitq import App, Message, Metrics, RetryPolicy
-from rabbitq.amqp.topology import QueueDepth
+from rabbitq._amqp.topology import QueueDepth
 
 CONTRACT = {
     "rabbitq_messages_received": "counter",
@@ -227,8 +227,8 @@ def test_a_duplicate_is_counted_by_queue_and_type_and_starts_at_zero_for_idempot
 
 
 def test_a_dlq_that_drops_messages_is_a_gauge_and_a_readiness_detail_not_a_503():
-    from rabbitq.amqp.droprisk import drop_risks
-    from rabbitq.amqp.topology import dlq_arguments
+    from rabbitq._amqp.droprisk import drop_risks
+    from rabbitq._amqp.topology import dlq_arguments
 
     m = Metrics(CollectorRegistry())
     m.dlq_checked("q.dlq", None)  # not known: no series

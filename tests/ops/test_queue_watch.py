@@ -10,7 +10,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from rabbitq import App, Message, Metrics, RetryPolicy
-from rabbitq.ops.queue_watch import QueueWatch, held_by_broker
+from rabbitq._ops.queue_watch import QueueWatch, held_by_broker
 
 
 class Ping(Message, type="test.watch.ping"):

@@ -1,5 +1,5 @@
 """The one worker wiring: ``rabbitq worker`` and every ``--processes`` child go through
-:func:`rabbitq.ops.run.run` with a :class:`WorkerSpec` (no broker needed here)."""
+:func:`rabbitq._ops.run.run` with a :class:`WorkerSpec` (no broker needed here)."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ import pytest
 from click.testing import CliRunner
 
 import rabbitq
+from rabbitq._ops import run as run_module
+from rabbitq._ops.run import WorkerSpec
+from rabbitq._ops.supervisor import Supervisor
 from rabbitq.cli import main
-from rabbitq.ops import run as run_module
-from rabbitq.ops.run import WorkerSpec
-from rabbitq.ops.supervisor import Supervisor
 
 APP = "examples.email_service:app"
 

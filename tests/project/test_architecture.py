@@ -78,8 +78,8 @@ def _reachable(start: str) -> set[str]:
 
 
 def test_the_walk_sees_every_module_and_their_imports():
-    assert {"rabbitq", "rabbitq.worker.lifecycle", "rabbitq.dlq.reader"} <= set(MODULES)
-    assert "rabbitq.worker.dispatch" in GRAPH["rabbitq.worker.lifecycle"]
+    assert {"rabbitq", "rabbitq._worker.lifecycle", "rabbitq.dlq.reader"} <= set(MODULES)
+    assert "rabbitq._worker.dispatch" in GRAPH["rabbitq._worker.lifecycle"]
     assert "rabbitq.hooks" in GRAPH["rabbitq.app"]  # a type-only import counts too
 
 
@@ -102,14 +102,14 @@ def test_no_private_name_is_imported_from_another_module():
 def test_the_dlq_tools_import_nothing_from_the_worker():
     for name in MODULES:
         if name.startswith(("rabbitq.dlq", "rabbitq.cli.dlq")):
-            worker = sorted(m for m in _reachable(name) if m.startswith("rabbitq.worker"))
+            worker = sorted(m for m in _reachable(name) if m.startswith("rabbitq._worker"))
             assert worker == [], f"{name} reaches {worker}"
 
 
 def test_the_worker_imports_no_layer_above_it():
-    above = ("rabbitq.ops", "rabbitq.cli", "rabbitq.dlq", "rabbitq.demo", "rabbitq.testing")
+    above = ("rabbitq._ops", "rabbitq.cli", "rabbitq.dlq", "rabbitq.demo", "rabbitq.testing")
     for name in MODULES:
-        if name.startswith("rabbitq.worker"):
+        if name.startswith("rabbitq._worker"):
             wrong = sorted(m for m in _reachable(name) if m.startswith(above))
             assert wrong == [], f"{name} reaches {wrong}"
 
@@ -122,7 +122,7 @@ def test_the_core_modules_import_neither_the_worker_nor_the_tools():
     # testing runs the worker's dispatch (a user's tool, at the top, like rabbitq itself)
     core = [name for name in _root_modules() if name not in PUBLIC_MODULES]
     assert "rabbitq.app" in core
-    above = ("rabbitq.worker", "rabbitq.ops", "rabbitq.cli", "rabbitq.dlq", "rabbitq.demo")
+    above = ("rabbitq._worker", "rabbitq._ops", "rabbitq.cli", "rabbitq.dlq", "rabbitq.demo")
     for name in core:
         wrong = sorted(m for m in _reachable(name) if m.startswith(above))
         assert wrong == [], f"{name} reaches {wrong}"

@@ -1,5 +1,5 @@
 """What RabbitMQ 4.3 refuses, nowhere in rabbitq, its tools, examples, benchmarks or test
-helpers (``rabbitq.amqp.brokers``: from RabbitMQ's 4.3 release notes; no 4.3 runs here, so
+helpers (``rabbitq._amqp.brokers``: from RabbitMQ's 4.3 release notes; no 4.3 runs here, so
 this scans the code): global QoS is a channel error, a transient non-exclusive queue is
 refused, ``x-queue-mode`` fails a declare, and quorum priorities need no
 ``x-max-priority``."""

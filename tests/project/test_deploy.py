@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 import yaml
 
+from rabbitq._worker.lifecycle import DEFAULT_GRACE_PERIOD
 from rabbitq.cli import main as cli
 from rabbitq.loader import load_app
-from rabbitq.worker.lifecycle import DEFAULT_GRACE_PERIOD
 from tests import promql
 
 DEPLOY = promql.ROOT / "deploy"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from decimal import Decimal
 
 from examples.ledger import Deposit, MemoryLedger, Withdraw, create_app
-from rabbitq.amqp.partitions import order_key
+from rabbitq._amqp.partitions import order_key
 from rabbitq.testing import deliver
 
 

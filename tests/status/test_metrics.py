@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from prometheus_client import generate_latest
 
-from rabbitq.ops.metrics import Metrics
-from rabbitq.ops.run import WorkerSpec, build
+from rabbitq._ops.metrics import Metrics
+from rabbitq._ops.run import WorkerSpec, build
 from rabbitq.status.metrics import StatusMetrics
 from rabbitq.status.writer import DROPPED, FAILED, WRITTEN
 

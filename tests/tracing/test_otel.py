@@ -237,7 +237,7 @@ def test_log_records_carry_the_trace_and_span_ids_inside_a_span(
 
 
 def test_json_log_lines_carry_the_ids_inside_a_span(tracing: OpenTelemetry) -> None:
-    from rabbitq.ops.logs import JsonFormatter
+    from rabbitq._ops.logs import JsonFormatter
 
     record = logging.LogRecord("x", logging.INFO, __file__, 1, "hello", None, None)
     span = _deliver(tracing, {}, 1)

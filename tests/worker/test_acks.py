@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from rabbitq.worker.acks import Acker, AckLedger
+from rabbitq._worker.acks import Acker, AckLedger
 
 WAIT = 0.02
 
@@ -188,7 +188,7 @@ def test_without_multiple_every_done_delivery_is_planned_alone():
 
 async def test_a_reject_returns_the_delivery_and_is_never_part_of_a_multiple_ack():
     # basic.reject, not basic.nack, where a failure must raise a quorum queue's delivery
-    # count: RabbitMQ 4.3 counts rejects only (rabbitq.amqp.brokers)
+    # count: RabbitMQ 4.3 counts rejects only (rabbitq._amqp.brokers)
     channel = RecordingChannel()
     acker = Acker(channel, batch=1, delay=0.001)  # type: ignore[arg-type]
     acker.ack(1)

@@ -6,7 +6,7 @@ import asyncio
 from collections import Counter
 
 from rabbitq import App, Hooks, Message
-from rabbitq.worker.admission import Admission
+from rabbitq._worker.admission import Admission
 
 
 class Slow(Message, type="admission.slow"):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from rabbitq import BatchResult, ConfigurationError, Message, PermanentError
-from rabbitq.worker.batch_plan import failures_of, first_of_each_key
+from rabbitq._worker.batch_plan import failures_of, first_of_each_key
 
 
 class Note(Message, type="test.batch_plan.note"):

@@ -6,10 +6,10 @@ from __future__ import annotations
 import asyncio
 
 from rabbitq import Breaker
+from rabbitq._worker.breaker_guard import BreakerGuard
 from rabbitq.breaker import CLOSED, HALF_OPEN, OPEN
 from rabbitq.hooks import Hooks
 from rabbitq.outcome import ACK, DeadLetter, Retry
-from rabbitq.worker.breaker_guard import BreakerGuard
 from tests.test_breaker import CONFIG
 
 
@@ -30,7 +30,7 @@ class States(Hooks):
 
 
 class Paused:
-    """Records what the guard asks of the consumer (rabbitq.worker.consumer.Consumer)."""
+    """Records what the guard asks of the consumer (rabbitq._worker.consumer.Consumer)."""
 
     def __init__(self) -> None:
         self.calls: list[str] = []

@@ -7,9 +7,8 @@ from __future__ import annotations
 import asyncio
 from types import SimpleNamespace
 
-from rabbitq.hooks import Hooks
-from rabbitq.worker import consumer as c
-from rabbitq.worker.consumer import (
+from rabbitq._worker import consumer as c
+from rabbitq._worker.consumer import (
     BREAKER_OPEN,
     BROKER_BLOCKED,
     COPIES_HELD,
@@ -20,6 +19,7 @@ from rabbitq.worker.consumer import (
     Consumer,
     readiness,
 )
+from rabbitq.hooks import Hooks
 
 HELD = "holding messages of q: q.dlq refused the copy (full: its length limit)"
 BLOCKED = "broker blocked: memory alarm"

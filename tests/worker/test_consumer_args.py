@@ -7,8 +7,8 @@ from __future__ import annotations
 import logging
 
 from rabbitq import App, Message
-from rabbitq.amqp.brokers import facts_for, version_from_server_properties
-from rabbitq.worker.consumer_args import consumer_arguments, enforced_timeout, plan
+from rabbitq._amqp.brokers import facts_for, version_from_server_properties
+from rabbitq._worker.consumer_args import consumer_arguments, enforced_timeout, plan
 from tests.server_properties import RABBITMQ_3_10_8, RABBITMQ_4_3_0
 
 OLD = facts_for(version_from_server_properties(RABBITMQ_3_10_8))

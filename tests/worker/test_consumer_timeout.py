@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 
 from rabbitq import App, Message
-from rabbitq.worker.consumer_timeout import (
+from rabbitq._worker.consumer_timeout import (
     DEFAULT_CONSUMER_TIMEOUT,
     check_timeouts,
     on_channel_closed,
@@ -90,7 +90,7 @@ def test_a_normal_channel_close_logs_nothing(caplog):
 
 def test_a_rate_limited_handler_whose_waits_could_pass_consumer_timeout_is_reported():
     from rabbitq import App, Message
-    from rabbitq.worker.consumer_timeout import timeout_problems
+    from rabbitq._worker.consumer_timeout import timeout_problems
 
     class Slow(Message, type="test.limits.slow-provider"):
         pass

@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 from pamqp.commands import Basic
 
+from rabbitq._worker import copies
 from rabbitq.errors import PublishInterrupted, PublishNacked, Unroutable
 from rabbitq.hooks import Hooks
-from rabbitq.worker import copies
 
 
 class Events(Hooks):
@@ -21,7 +21,7 @@ class Events(Hooks):
 
 
 class Consumer:
-    """Records what the store asks of the consumer (rabbitq.worker.consumer.Consumer)."""
+    """Records what the store asks of the consumer (rabbitq._worker.consumer.Consumer)."""
 
     def __init__(self, calls: list[str], stopping) -> None:
         self.calls, self._stopping = calls, stopping

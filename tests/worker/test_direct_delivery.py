@@ -1,4 +1,4 @@
-"""The guard around rabbitq.worker.delivery.deliver_directly, which reads a delivery's
+"""The guard around rabbitq._worker.delivery.deliver_directly, which reads a delivery's
 frames as aiormq 7's Channel does and calls the worker without aiormq's task.
 
 If an aiormq release changes how its reader dispatches a delivery, the first test fails:
@@ -13,7 +13,7 @@ from typing import Any
 
 from aiormq.channel import Channel
 
-from rabbitq.worker.delivery import deliver_directly
+from rabbitq._worker.delivery import deliver_directly
 
 
 def test_aiormq_reads_a_delivery_the_way_deliver_directly_replaces():
@@ -80,8 +80,8 @@ async def test_the_route_exists_before_the_consume_is_sent():
     # ordered handler's key ran out of order, tests/chaos/test_ordering_proof.py).
     from types import SimpleNamespace
 
+    from rabbitq._worker.consumer import Consumer
     from rabbitq.hooks import Hooks
-    from rabbitq.worker.consumer import Consumer
 
     underlay = FakeChannel()
     routed_at_consume: list[bool] = []

@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from rabbitq.worker.handler_pool import Expired, HandlerPool, NotStarted
+from rabbitq._worker.handler_pool import Expired, HandlerPool, NotStarted
 
 
 @pytest.fixture

@@ -7,10 +7,10 @@ import asyncio
 
 import pytest
 
-from rabbitq.amqp.topology import plan
+from rabbitq._amqp.topology import plan
+from rabbitq._worker import keeper as keeper_module
+from rabbitq._worker.keeper import QUORUM_REDECLARE_WAIT, Keeper
 from rabbitq.hooks import Hooks
-from rabbitq.worker import keeper as keeper_module
-from rabbitq.worker.keeper import QUORUM_REDECLARE_WAIT, Keeper
 
 
 class Redeclared(Hooks):

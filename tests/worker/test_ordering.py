@@ -9,13 +9,13 @@ from typing import Any
 import pytest
 
 from rabbitq import App, Message, PermanentError, RetryPolicy
+from rabbitq._worker.dispatch import compose, new_job
+from rabbitq._worker.ordering import BLOCKED, Ordering, blocked_outcome, key_of
+from rabbitq._worker.stages import for_testing
 from rabbitq.errors import ConfigurationError
 from rabbitq.hooks import Hooks
 from rabbitq.message import encode
 from rabbitq.outcome import Ack, DeadLetter
-from rabbitq.worker.dispatch import compose, new_job
-from rabbitq.worker.ordering import BLOCKED, Ordering, blocked_outcome, key_of
-from rabbitq.worker.stages import for_testing
 
 
 class Op(Message, type="test.ordering.op"):
@@ -182,7 +182,7 @@ async def test_unordered_handlers_are_not_held():
 
 
 def test_held_retries_that_could_outlast_the_consumer_timeout_are_named():
-    from rabbitq.worker.ordering import hold_problems
+    from rabbitq._worker.ordering import hold_problems
 
     app = App(queue="q", retry=RetryPolicy(delays=(1, 10, 60, 600)))
     app.handler(Op, ordered_by=lambda m: m.account, timeout=300)(lambda m: None)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from rabbitq import App, ConfigurationError, Message, Worker
-from rabbitq.worker.partitioned import PartitionedWorker
+from rabbitq._worker.partitioned import PartitionedWorker
 
 
 class Move(Message, type="pw.move"):

@@ -12,13 +12,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rabbitq import App, Message, PermanentError
-from rabbitq.amqp import headers as h
+from rabbitq._amqp import headers as h
+from rabbitq._worker import dispatch as dispatch_module
+from rabbitq._worker.dispatch import new_job
+from rabbitq._worker.stages import for_testing
 from rabbitq.outcome import Ack, DeadLetter, Retry
 from rabbitq.retry import _MAX_ATTEMPT, INVALID, REASONS, parse_attempt
 from rabbitq.testing import FakeDelivery, deliver
-from rabbitq.worker import dispatch as dispatch_module
-from rabbitq.worker.dispatch import new_job
-from rabbitq.worker.stages import for_testing
 
 
 class Order(Message, type="poison.order"):

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from rabbitq import Message, RetryLater
-from rabbitq.amqp import headers as h
+from rabbitq._amqp import headers as h
 from rabbitq.workflow import steps, wire
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from rabbitq import App, ConfigurationError, Context, Message, chain, chord, group
-from rabbitq.amqp import headers as h
+from rabbitq._amqp import headers as h
 from rabbitq.testing import deliver
 from rabbitq.workflow import wire
 
@@ -114,7 +114,7 @@ async def test_a_chord_member_without_a_status_store_is_dead_lettered_with_why()
 
 
 def test_a_replayed_copy_keeps_the_workflow_headers():
-    from rabbitq.amqp.copy import replay_headers
+    from rabbitq._amqp.copy import replay_headers
 
     chord_header = wire.encode_chord(0, 2, wire.step_of(Done(total=2)), None)
     dead = {

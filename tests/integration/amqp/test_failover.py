@@ -9,8 +9,8 @@ import uuid
 
 import pytest
 
-from rabbitq.amqp.connection import connect, connect_once
-from rabbitq.amqp.failover import FailoverConnection
+from rabbitq._amqp.connection import connect, connect_once
+from rabbitq._amqp.failover import FailoverConnection
 from rabbitq.errors import BrokerUnavailable
 from tests.broker_node import free_port
 from tests.integration.worker.test_reconnect import close_connections_named

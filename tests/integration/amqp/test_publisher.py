@@ -23,7 +23,7 @@ from rabbitq import (
     Unroutable,
     Worker,
 )
-from rabbitq.amqp.connection import connect
+from rabbitq._amqp.connection import connect
 from tests.helpers import declare_topology, drain_queue, queue_depth, running, wait_for
 from tests.proxy import TcpProxy
 

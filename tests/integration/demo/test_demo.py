@@ -9,8 +9,8 @@ import orjson
 import pytest
 
 from rabbitq import cli, demo
-from rabbitq.amqp.topology import queue_depths
-from rabbitq.ops.containers import docker_available
+from rabbitq._amqp.topology import queue_depths
+from rabbitq._ops.containers import docker_available
 from tests.demo.test_demo import EXPECTED
 from tests.helpers import drain_queue, run_cli
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from rabbitq.amqp.topology import queue_depths
+from rabbitq._amqp.topology import queue_depths
 from tests.helpers import run_cli_async
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow]

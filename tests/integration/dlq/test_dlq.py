@@ -18,7 +18,7 @@ from aio_pika.abc import AbstractIncomingMessage, AbstractRobustConnection
 from click.testing import CliRunner, Result
 
 from rabbitq import App, dlq
-from rabbitq.amqp import headers as h
+from rabbitq._amqp import headers as h
 from rabbitq.cli import main
 from rabbitq.dlq.operations import DEFAULT_WINDOW
 from tests.helpers import declare_topology, drain_queue, queue_depth, wait_for

@@ -13,7 +13,7 @@ import orjson
 import pytest
 from aio_pika.abc import AbstractRobustConnection
 
-from rabbitq.amqp import headers as h
+from rabbitq._amqp import headers as h
 from tests.helpers import run_cli_async
 
 pytestmark = pytest.mark.broker

@@ -17,11 +17,11 @@ import pytest
 from click.testing import CliRunner
 
 from rabbitq import App, Message, RetryPolicy
-from rabbitq.amqp.connection import connect
-from rabbitq.amqp.topology import declare, plan
+from rabbitq._amqp.connection import connect
+from rabbitq._amqp.topology import declare, plan
+from rabbitq._ops.doctor import diagnose, worst
+from rabbitq._ops.doctor_probe import Management, gather
 from rabbitq.cli import main
-from rabbitq.ops.doctor import diagnose, worst
-from rabbitq.ops.doctor_probe import Management, gather
 from tests.broker_node import BrokerNode, free_port
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow]
@@ -173,7 +173,7 @@ async def test_a_worker_names_a_dlq_policy_that_drops_dead_letters(node, monkeyp
     from prometheus_client import CollectorRegistry
 
     from rabbitq import Metrics, PermanentError, Worker, serve_metrics
-    from rabbitq.ops import queue_watch
+    from rabbitq._ops import queue_watch
     from tests.helpers import Recorder, queue_depth, wait_for
     from tests.scrape import http_get
 
@@ -253,7 +253,7 @@ async def test_retries_held_by_the_broker_after_the_main_queue_is_deleted_are_co
     from prometheus_client import CollectorRegistry
 
     from rabbitq import Context, Metrics, Worker
-    from rabbitq.ops import queue_watch
+    from rabbitq._ops import queue_watch
     from tests.helpers import Recorder, queue_depth, running, wait_for
 
     caplog.set_level(logging.INFO)
@@ -326,7 +326,7 @@ async def test_delayed_messages_held_in_a_ladder_level_are_counted_and_named(nod
     from prometheus_client import CollectorRegistry
 
     from rabbitq import Context, Metrics, Worker
-    from rabbitq.ops import queue_watch
+    from rabbitq._ops import queue_watch
     from tests.helpers import Recorder, running, wait_for
 
     caplog.set_level(logging.INFO)

@@ -17,7 +17,7 @@ import pytest
 import rabbitq
 from rabbitq import Context, Message, Metrics, PermanentError, RetryPolicy, Unroutable, Worker
 from rabbitq import serve_metrics as serve_metrics_
-from rabbitq.worker.consumer import NOT_CONNECTED
+from rabbitq._worker.consumer import NOT_CONNECTED
 from tests.helpers import running, wait_for
 from tests.integration.worker.test_reconnect import close_connections_named
 from tests.proxy import TcpProxy

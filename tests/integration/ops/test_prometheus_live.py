@@ -56,9 +56,9 @@ from rabbitq import (
     Worker,
     serve_metrics,
 )
+from rabbitq._ops.queue_watch import QueueWatch
 from rabbitq.effects import RedisStore
 from rabbitq.effects.metrics import OutboxMetrics
-from rabbitq.ops.queue_watch import QueueWatch
 from tests import promql
 from tests.chaos.proxy import FaultyProxy
 from tests.helpers import publish_bare, running, wait_for
@@ -388,7 +388,7 @@ async def test_every_dashboard_query_and_alert_returns_series_from_a_real_worker
 
 
 class PolicyFree:
-    """A stand-in for the management API (``rabbitq.ops.doctor_probe.Management``): each
+    """A stand-in for the management API (``rabbitq._ops.doctor_probe.Management``): each
     of the app's queues as declared, without a policy, with nothing held."""
 
     vhost, base, password = "/", "http://stand-in", ""

@@ -14,7 +14,7 @@ import psycopg
 import pytest
 
 from rabbitq import Context, Message, PermanentError, RetryPolicy, Worker, dlq
-from rabbitq.amqp.headers import CALLBACK_OF, GROUP
+from rabbitq._amqp.headers import CALLBACK_OF, GROUP
 from rabbitq.status import GroupStatus, MessageStatus, PostgresStatus, RedisStatus
 from rabbitq.status.lookup import group_status
 from rabbitq.status.model import (

@@ -11,7 +11,7 @@ from collections import Counter
 import pytest
 
 from rabbitq import Context, Message, PermanentError, RetryPolicy, Worker
-from rabbitq.worker.acks import Acker
+from rabbitq._worker.acks import Acker
 from tests.helpers import (
     Recorder,
     declare_topology,
@@ -140,8 +140,8 @@ async def test_acks_still_waiting_to_be_coalesced_are_sent_before_the_worker_clo
     make_app, connection, monkeypatch
 ):
     # Hold acks back far longer than the shutdown takes: only the final flush sends them.
-    monkeypatch.setattr("rabbitq.worker.acks.DELAY", 30.0)
-    monkeypatch.setattr("rabbitq.worker.acks.MAX_WAIT", 30.0)
+    monkeypatch.setattr("rabbitq._worker.acks.DELAY", 30.0)
+    monkeypatch.setattr("rabbitq._worker.acks.MAX_WAIT", 30.0)
     app = make_app(prefetch=256)
     total = 50  # under the batch size (64): nothing is sent before the flush
     done: list[int] = []

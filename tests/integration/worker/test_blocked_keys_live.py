@@ -9,9 +9,9 @@ import asyncio
 import pytest
 
 from rabbitq import Message, Metrics, PermanentError, RetryPolicy, Worker
-from rabbitq.amqp.teardown import delete
+from rabbitq._amqp.teardown import delete
+from rabbitq._worker.partitioned import PartitionedWorker
 from rabbitq.dlq import replay
-from rabbitq.worker.partitioned import PartitionedWorker
 from tests.helpers import queue_depth, running, wait_for
 
 pytestmark = pytest.mark.broker

@@ -67,7 +67,7 @@ async def test_a_handler_slower_than_the_consumer_timeout_has_its_message_redeli
 
 
 async def test_3_10_accepts_x_consumer_timeout_and_ignores_it(node, caplog):
-    # rabbitq.amqp.brokers: 3.10-3.11 accept the consumer argument and keep the broker-wide
+    # rabbitq._amqp.brokers: 3.10-3.11 accept the consumer argument and keep the broker-wide
     # timeout; the worker asks for 34 s (a 30 s handler, over its margin), the broker
     # still closes the channel after 1 s
     caplog.set_level(logging.INFO)

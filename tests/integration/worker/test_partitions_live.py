@@ -10,9 +10,9 @@ import collections
 import pytest
 
 from rabbitq import Message, RetryPolicy
-from rabbitq.amqp.teardown import delete
+from rabbitq._amqp.teardown import delete
+from rabbitq._worker.partitioned import PartitionedWorker
 from rabbitq.hooks import Hooks
-from rabbitq.worker.partitioned import PartitionedWorker
 from tests.helpers import wait_for
 
 pytestmark = pytest.mark.broker
@@ -74,7 +74,7 @@ async def test_the_ledger_example_applies_each_account_in_order(broker_url, uid,
     from decimal import Decimal
 
     from examples.ledger import SAMPLES, MemoryLedger, create_app, publish_samples
-    from rabbitq.ops.run import WorkerSpec, worker_for
+    from rabbitq._ops.run import WorkerSpec, worker_for
     from tests.helpers import queue_depth
 
     book = MemoryLedger()
@@ -106,7 +106,7 @@ async def _depth_is(connection, queue, depth, queue_depth) -> bool:
 async def test_topology_delete_removes_the_partitions_and_their_hash_exchange(
     make_app, connection
 ):
-    from rabbitq.amqp.topology import declare
+    from rabbitq._amqp.topology import declare
 
     app = make_app(partitions=3)
 

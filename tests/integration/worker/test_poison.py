@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from pamqp import encode
 
 from rabbitq import App, Message, RetryPolicy, Worker
-from rabbitq.amqp import headers as h
+from rabbitq._amqp import headers as h
 from rabbitq.retry import REASONS
 from tests.helpers import Recorder, publish_bare, running, wait_for
 

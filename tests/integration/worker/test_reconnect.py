@@ -7,7 +7,7 @@ import asyncio
 import subprocess
 
 from rabbitq import Message, RetryPolicy, Worker
-from rabbitq.amqp.connection import HEARTBEAT, connect
+from rabbitq._amqp.connection import HEARTBEAT, connect
 from tests.helpers import Recorder, running, wait_for
 
 

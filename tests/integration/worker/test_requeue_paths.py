@@ -6,8 +6,8 @@ failure may be the message's own and must count toward a quorum queue's delivery
 from __future__ import annotations
 
 from rabbitq import Context, Message, Worker
-from rabbitq.worker.acks import Acker
-from rabbitq.worker.settle import Settler
+from rabbitq._worker.acks import Acker
+from rabbitq._worker.settle import Settler
 from tests.helpers import Recorder, running, wait_for
 
 
@@ -43,7 +43,7 @@ async def test_a_delivery_that_could_not_be_settled_is_rejected_so_its_count_ris
         return await settle(self, *args, **kwargs)
 
     monkeypatch.setattr(Settler, "_settle", failing_once)
-    monkeypatch.setattr("rabbitq.worker.settle.REQUEUE_BACKOFF", 0.01)
+    monkeypatch.setattr("rabbitq._worker.settle.REQUEUE_BACKOFF", 0.01)
     rec = Recorder()
     async with running(Worker(app, hooks=rec)):
         async with app.publisher() as pub:

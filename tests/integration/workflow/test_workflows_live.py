@@ -20,7 +20,7 @@ from rabbitq import (
     dlq,
     group,
 )
-from rabbitq.amqp import headers as h
+from rabbitq._amqp import headers as h
 from rabbitq.effects import PostgresStore, RedisStore
 from rabbitq.workflow import wire
 from tests.helpers import REDIS_URL, Recorder, drain_queue, run_cli_async, running, wait_for

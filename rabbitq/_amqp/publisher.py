@@ -1,0 +1,399 @@
+"""Publishing typed messages with publisher confirms, ``mandatory`` and persistence.
+
+``publish()`` returns only after the broker confirmed the message; every way it can
+fail is a :class:`~rabbitq.errors.PublishError`. It publishes through
+:func:`rabbitq._amqp.confirm.send_confirmed`, as the worker's copies and the DLQ tool
+do, with the properties of :func:`rabbitq._amqp.properties.new`. It takes what it needs
+from an app through the small :class:`PublishingApp` protocol, so it does not import
+:mod:`rabbitq.app` (which imports it).
+
+By default a publish fails at once when the connection is down. A publisher opened
+with ``retry_for=S`` keeps trying (connecting, and each unconfirmed publish) with
+backoff for at most ``S`` seconds while the robust connection reconnects, then raises.
+A retried publish may store the message twice (same ``message_id``) if the broker
+stored it but its confirm was lost: at-least-once, like everything else.
+
+A delayed publish (``delay=`` or ``at=``) goes into the delay ladder
+(:mod:`rabbitq.ladder`, docs/delays.md) and reaches this app's queue only, when due.
+The publisher's first delayed publish declares the ladder and binds the app's queue to
+it (the queue must exist: a worker or ``rabbitq topology`` declared it).
+
+A publish never raises a ``CancelledError`` it did not receive: a confirm that aiormq
+cancels because it closed the connection (e.g. as stuck, "no frames were received") is
+a :class:`~rabbitq.errors.PublishInterrupted` ("it may or may not have been stored"),
+retried within ``retry_for``. Leaving the ``async with`` waits at most ``timeout`` (and
+5 s) for the broker to answer the close.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from datetime import datetime, timedelta
+from types import TracebackType
+from typing import Any, Protocol
+
+import aio_pika
+import aiormq
+from aio_pika.abc import AbstractChannel, AbstractExchange, AbstractRobustConnection
+
+from ..errors import (
+    BrokerUnavailable,
+    ConfigurationError,
+    PartialPublish,
+    PublishError,
+    PublishInterrupted,
+    Unroutable,
+)
+from ..hooks import Hooks, combine
+from ..ladder import declare as ladder_declare
+from ..ladder import plan as ladder
+from ..message import Message, Publishable, encode
+from ..settings import TLS
+from ..tracing.base import NO_SEND, Tracing
+from . import headers as h
+from . import partitions, properties
+from .confirm import FAILURES, error_kind, retry_waits, send_confirmed
+from .connection import connect
+from .topology import Topology, mismatch_from_error
+
+DEFAULT_WINDOW = 512
+# How long a publish without ``retry_for`` waits for its confirm (a broker under a
+# resource alarm blocks publishers and would otherwise keep it waiting forever).
+DEFAULT_TIMEOUT = 60.0
+CLOSE_TIMEOUT = 5.0
+NOT_OPEN = "the publisher is not open: use 'async with app.publisher()'"
+
+
+class PublishingApp(Protocol):
+    """What a :class:`Publisher` needs from an app (:class:`rabbitq.App` has it)."""
+
+    @property
+    def exchange(self) -> str: ...
+    @property
+    def queue(self) -> str: ...
+    @property
+    def queue_type(self) -> ladder.QueueType: ...
+    def topology(self) -> Topology: ...
+    @property
+    def tracing(self) -> Tracing: ...
+
+
+class Publisher:
+    """Publishes an app's messages. Use it as ``async with app.publisher() as pub``.
+
+    Pass ``connection`` to share one you already have; otherwise the publisher opens
+    its own robust connection and closes it on exit. ``retry_for`` (seconds, default
+    None: fail at once) bounds how long connecting and each publish keep retrying while
+    the broker is unreachable; past it they raise, never report an unconfirmed success.
+    ``timeout`` (seconds, default 60) bounds how long one publish without ``retry_for``
+    waits for its confirm, e.g. while the broker blocks publishers under a memory alarm:
+    past it, :class:`~rabbitq.PublishInterrupted` (the message may have been stored).
+    """
+
+    def __init__(
+        self,
+        app: PublishingApp,
+        *,
+        url: str,
+        connection: AbstractRobustConnection | None = None,
+        hooks: Hooks | list[Hooks] | None = None,
+        tls: TLS | None = None,
+        retry_for: float | None = None,
+        timeout: float = DEFAULT_TIMEOUT,
+    ) -> None:
+        if not timeout > 0:
+            raise ConfigurationError(f"timeout must be positive seconds, not {timeout!r}")
+        self._timeout = timeout
+        if retry_for is not None and not retry_for > 0:
+            raise ConfigurationError(
+                f"retry_for must be positive seconds or None, not {retry_for!r}"
+            )
+        self._app = app
+        self._retry_for = retry_for
+        self._url = url
+        self._tls = tls
+        self._connection = connection
+        self._owns_connection = connection is None
+        self._hooks = combine(hooks)
+        self._channel: AbstractChannel | None = None
+        self._exchange: AbstractExchange | None = None
+        self._ladder_ready = False  # declared, and the app's queue bound to it
+        self._ladder_lock = asyncio.Lock()
+
+    async def __aenter__(self) -> Publisher:
+        await self.open()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def open(self) -> None:
+        """Connect (unless given a connection) and declare the app's exchange."""
+        if self._connection is None:
+            self._connection = await self._connect()
+        self._channel = await self._connection.channel(
+            publisher_confirms=True, on_return_raises=True
+        )
+        self._exchange = await self._channel.declare_exchange(
+            self._app.exchange, aio_pika.ExchangeType.TOPIC, durable=True
+        )
+
+    async def _connect(self) -> AbstractRobustConnection:
+        name = f"rabbitq publisher {self._app.queue}"
+        if self._retry_for is None:
+            return await connect(self._url, name=name, tls=self._tls)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._retry_for
+        for wait in retry_waits():
+            try:
+                return await connect(
+                    self._url, name=name, timeout=max(0.1, deadline - loop.time()), tls=self._tls
+                )
+            except BrokerUnavailable as exc:
+                login_refused = isinstance(
+                    exc.__cause__,
+                    (
+                        aiormq.exceptions.AuthenticationError,
+                        aiormq.exceptions.ProbableAuthenticationError,
+                    ),
+                )
+                if login_refused or loop.time() + wait >= deadline:
+                    raise BrokerUnavailable(
+                        f"{exc} (gave up after retry_for={self._retry_for:g}s)"
+                    ) from exc
+            await asyncio.sleep(wait)
+        raise AssertionError("unreachable")  # retry_waits() never ends
+
+    async def close(self) -> None:
+        """Close the connection if the publisher opened it (which closes its channel),
+        else the channel, waiting at most ``timeout`` (and 5 s) for the broker's answer:
+        a broker that blocks publishers (an alarm) does not read our close."""
+        await self._app.tracing.flush()  # status records of this publisher's messages
+        channel, self._channel, self._exchange = self._channel, None, None
+        limit = min(CLOSE_TIMEOUT, self._timeout)
+        if self._owns_connection and self._connection is not None:
+            connection, self._connection = self._connection, None
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(limit):
+                    await connection.close()
+        elif channel is not None and not channel.is_closed:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(limit):
+                    await channel.close()
+
+    def _open_channel(self) -> AbstractChannel:
+        if self._exchange is None or self._channel is None:
+            raise PublishInterrupted(NOT_OPEN)
+        return self._channel
+
+    async def _declare_ladder(self) -> None:
+        """Declare the delay ladder and bind the app's queue to it, once per publisher,
+        on a channel of its own (a missing queue closes the channel it was bound on)."""
+        async with self._ladder_lock:
+            if self._ladder_ready:
+                return
+            if self._connection is None:
+                raise PublishInterrupted(NOT_OPEN)
+            queue = self._app.queue
+            try:
+                async with asyncio.timeout(self._timeout):
+                    channel = await self._connection.channel(publisher_confirms=False)
+                    try:
+                        await ladder_declare.declare(channel, ladder.ladder(self._app.queue_type))
+                        await ladder_declare.bind_destination(channel, queue)
+                    finally:
+                        if not channel.is_closed:
+                            await channel.close()
+            except aiormq.exceptions.ChannelNotFoundEntity:
+                raise Unroutable(
+                    f"queue {queue!r} does not exist, so a delayed message would have nowhere "
+                    "to go when due: start its worker or run 'rabbitq topology MODULE:APP'"
+                ) from None
+            except aiormq.exceptions.ChannelPreconditionFailed as exc:
+                raise mismatch_from_error(exc) or exc from exc
+            except TimeoutError:
+                raise PublishInterrupted(
+                    f"declaring the delay ladder took over {self._timeout:g}s"
+                ) from None
+            except FAILURES as exc:  # not connected, or the connection closed meanwhile
+                raise PublishInterrupted(f"could not declare the delay ladder: {exc!r}") from exc
+            self._ladder_ready = True
+
+    async def _send_delayed(
+        self, channel: AbstractChannel, exchange: str, key: str, body: bytes, props: Any
+    ) -> None:
+        """Send into the ladder (declared first if this publisher has not yet); if the
+        ladder has gone since (an operator deleted it), declare it again and resend once."""
+        declared_now = not self._ladder_ready
+        if declared_now:
+            await self._declare_ladder()
+        try:
+            await send_confirmed(channel, exchange, key, body, props)
+        except Unroutable:
+            if declared_now:
+                raise
+            self._ladder_ready = False
+            await self._declare_ladder()
+            await send_confirmed(channel, exchange, key, body, props)
+
+    async def publish(
+        self,
+        message: Message | Publishable,
+        *,
+        message_id: str | None = None,
+        correlation_id: str | None = None,
+        headers: Mapping[str, Any] | None = None,
+        reply_to: str | None = None,
+        delay: float | timedelta | None = None,
+        at: datetime | None = None,
+    ) -> str:
+        """Publish and wait for the broker's confirm; return the ``message_id``.
+
+        ``delay`` (seconds or a timedelta, 0 to 48 days) or ``at`` (a timezone-aware
+        datetime; one in the past means now): the message waits in the delay ladder and
+        is then delivered to this app's queue only, never earlier, at most about 125 ms
+        (its rounding up) plus the broker's hops later (docs/delays.md). A naive
+        datetime, a negative delay, both, or a delay beyond the ladder raise
+        :class:`~rabbitq.DelayError` before anything is sent. A chain, group or chord
+        returns its id (docs/workflows.md).
+        """
+        if not isinstance(message, Message):  # a workflow: only its own id= applies
+            if message_id or correlation_id or headers or reply_to or delay is not None or at:
+                raise ConfigurationError("publish(workflow) takes no other argument")
+            return await message.publish_on(self, self._app)
+        type_name = message.type_name()
+        delayed = delay is not None or at is not None
+        if delayed:
+            units, due = ladder.due_in(delay=delay, at=at)
+            exchange, routing_key = ladder.entry(self._app.queue_type, units)
+            headers = {
+                **(headers or {}),
+                h.ORIGINAL_EXCHANGE: self._app.exchange,
+                h.ORIGINAL_ROUTING_KEY: type_name,
+                ladder.DELAY_TO: self._app.queue,
+                ladder.DUE: ladder.due_header(due),
+            }
+        else:
+            exchange, routing_key = self._app.exchange, type_name
+        channel = self._open_channel()
+        props = properties.new(
+            message,
+            message_id=message_id,
+            correlation_id=correlation_id,
+            headers=headers,
+            reply_to=reply_to,
+        )
+        partitions.stamp(self._app, message, props.headers, props.message_id, delayed)
+        body = encode(message)
+        span = NO_SEND
+        if self._app.tracing.enabled:  # writes traceparent into the headers
+            assert props.headers is not None and props.message_id is not None
+            span = self._app.tracing.publish(
+                props.headers,
+                exchange=exchange,
+                routing_key=routing_key,
+                type_name=type_name,
+                message_id=props.message_id,
+                correlation_id=props.correlation_id,
+                body_size=len(body),
+            )
+
+        def send() -> Awaitable[None]:
+            if delayed:
+                return self._send_delayed(channel, exchange, routing_key, body, props)
+            return send_confirmed(channel, exchange, routing_key, body, props)
+
+        try:
+            if self._retry_for is None:
+                try:
+                    async with asyncio.timeout(self._timeout):
+                        await send()
+                except TimeoutError:
+                    raise PublishInterrupted(
+                        f"no confirm within {self._timeout:g}s (is the broker blocking "
+                        "publishers? a memory or disk alarm); it may or may not have been stored"
+                    ) from None
+            else:
+                await self._within(self._retry_for, send)
+        except PublishError as exc:
+            span.end(exc)
+            self._hooks.publish_failed(self._app.exchange, type_name, error_kind(exc))
+            raise
+        except BaseException as exc:
+            span.end(exc)
+            raise
+        span.end()
+        self._hooks.published(self._app.exchange, type_name)
+        assert props.message_id is not None
+        return props.message_id
+
+    async def _within(self, seconds: float, send: Callable[[], Awaitable[None]]) -> None:
+        """``send()``, retried after an interruption until ``seconds`` have passed.
+
+        Only :class:`PublishInterrupted` is retried (the robust connection reconnects
+        and restores the channel meanwhile); unroutable and nacked messages are not.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + seconds
+        attempts = 0
+        for wait in retry_waits():
+            attempts += 1
+            try:
+                async with asyncio.timeout(max(0.0, deadline - loop.time())):
+                    await send()
+                return
+            except PublishInterrupted as exc:
+                last: str = str(exc)
+            except TimeoutError:
+                last = "no confirm from the broker in time; it may or may not have been stored"
+            if loop.time() + wait >= deadline:
+                raise PublishInterrupted(
+                    f"not confirmed within retry_for={seconds:g}s ({attempts} attempt(s)); "
+                    f"last: {last}"
+                )
+            await asyncio.sleep(wait)
+
+    async def publish_many(
+        self, messages: Iterable[Message], *, window: int = DEFAULT_WINDOW
+    ) -> list[str]:
+        """Publish with pipelined confirms, ``window`` in flight at a time.
+
+        Returns the message ids in order. If any message is not confirmed, the others
+        are still awaited and :class:`~rabbitq.errors.PartialPublish` says which.
+        """
+        confirmed_ids: list[str] = []
+        failed: list[tuple[str, PublishError]] = []
+        batch: list[Awaitable[str]] = []
+        ids: list[str] = []
+
+        async def drain() -> None:
+            results = await asyncio.gather(*batch, return_exceptions=True)
+            for mid, result in zip(ids, results, strict=True):
+                if isinstance(result, PublishError):
+                    failed.append((mid, result))
+                elif isinstance(result, BaseException):
+                    raise result
+                else:
+                    confirmed_ids.append(mid)
+            batch.clear()
+            ids.clear()
+
+        for message in messages:
+            mid = uuid.uuid4().hex
+            ids.append(mid)
+            batch.append(self.publish(message, message_id=mid))
+            if len(batch) >= window:
+                await drain()
+        if batch:
+            await drain()
+        if failed:
+            raise PartialPublish(confirmed_ids, failed)
+        return confirmed_ids
