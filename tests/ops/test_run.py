@@ -64,8 +64,8 @@ def test_a_supervised_child_runs_the_same_spec_on_the_same_loop_without_serving_
 def test_only_the_wiring_builds_a_worker_for_the_cli_and_the_supervisor():
     package = Path(rabbitq.__file__).parent
     builders = []
-    for path in sorted([*package.glob("cli/*.py"), *package.glob("ops/*.py")]):
+    for path in sorted([*package.glob("cli/*.py"), *package.glob("_ops/*.py")]):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "Worker":
                 builders.append(path.relative_to(package).as_posix())
-    assert builders == ["ops/run.py"]
+    assert builders == ["_ops/run.py"]
