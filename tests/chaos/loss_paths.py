@@ -261,7 +261,12 @@ class Counts(Hooks):
 
 
 async def collect_when_declared(run: ChaosRun, limit: float = 30) -> bool:
-    """Consume the DLQ again once it exists again (the worker re-declares it)."""
+    """Consume the DLQ again once it exists again (the worker re-declares it).
+
+    A quorum DLQ declared again a moment ago may not take a consumer yet: RabbitMQ 3.10
+    then closes the whole connection with INTERNAL_ERROR (541) instead of answering the
+    basic.consume (seen under load on a 2-core machine). The admin connection is robust:
+    it reconnects, and the consume is tried again within the same limit."""
     deadline = time.monotonic() + limit
     while time.monotonic() < deadline:
         try:
@@ -269,6 +274,9 @@ async def collect_when_declared(run: ChaosRun, limit: float = 30) -> bool:
             return True
         except aiormq.exceptions.ChannelNotFoundEntity:
             await asyncio.sleep(0.2)
+        except aiormq.exceptions.ConnectionInternalError:
+            await asyncio.sleep(0.2)
+            await asyncio.wait_for(run.connection.ready(), deadline - time.monotonic())
     return False
 
 

@@ -15,14 +15,16 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
+# 110 s was too little for the run on a loaded 2-core machine (timed out once there).
 @pytest.mark.slow
+@pytest.mark.timeout(300)
 def test_the_harness_runs_every_scenario_at_a_tiny_size_and_reports_json(broker_url):
     out = subprocess.run(
         [sys.executable, "-m", "bench", "--quick", "--n", "200", "--rounds", "1", "--json"],
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=110,
+        timeout=240,
         env={**os.environ, "RABBITQ_URL": broker_url},
     )
     assert out.returncode == 0, out.stderr[-3000:]

@@ -15,6 +15,7 @@ import orjson
 import pytest
 
 from rabbitq._amqp.topology import queue_depths
+from tests.helpers import run_cli_async
 
 pytestmark = pytest.mark.broker
 
@@ -44,14 +45,11 @@ async def ping(msg: Ping) -> None:
 
 
 async def run(directory: Path, *args: str, url: str, **env: str) -> tuple[int, str, str]:
-    full = {**os.environ, "RABBITQ_URL": url, "NO_COLOR": "1", "COLUMNS": "200", **env}
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "rabbitq", *args, cwd=directory, env=full,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
-    out, err = await asyncio.wait_for(proc.communicate(), timeout=120)
-    assert proc.returncode is not None
-    return proc.returncode, out.decode(), err.decode()
+    """``rabbitq ARGS`` run in ``directory`` by :func:`tests.helpers.run_cli`, 200 columns
+    wide, with ``env`` added: its exit code, stdout and stderr (the shape this module's
+    tests and the topology tests that import it unpack)."""
+    done = await run_cli_async(*args, cwd=directory, url=url, columns=200, env=env)
+    return done.returncode, done.stdout, done.stderr
 
 
 @pytest.fixture

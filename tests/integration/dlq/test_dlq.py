@@ -272,7 +272,10 @@ async def test_filters_select_exactly_what_they_name_for_replay_and_purge(
     ]
 
 
+# Its own bounds (90 s to half-way, 60 s for the cut run, then a second replay of 10,000)
+# add up past the default 120 s on a loaded 2-core machine (timed out once there).
 @pytest.mark.slow
+@pytest.mark.timeout(300)
 async def test_a_replay_cut_half_way_then_run_again_loses_nothing_and_reports_duplicates(
     setup, connection, broker_url
 ):
