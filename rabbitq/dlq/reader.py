@@ -27,6 +27,8 @@ from .tally import Tally
 MAX_PREFETCH = 65535
 # With nothing delivered for this long, ask the broker whether anything is left.
 IDLE = 0.5
+# How long leaving a read waits for the broker to put back what it held.
+PUT_BACK_WAIT = 2.0
 
 
 class Lost:
@@ -55,6 +57,8 @@ class Reader:
         self.on_lost: list[Callable[[], None]] = []
         self.channel: AbstractChannel | None = None
         self._inbox: asyncio.Queue[AbstractIncomingMessage | Lost] = asyncio.Queue()
+        self._received = 0  # deliveries the broker handed this reader
+        self._acked = 0  # of which acked (removed)
 
     async def __aenter__(self) -> Reader:
         self.channel = await self.connection.channel(publisher_confirms=False)
@@ -80,13 +84,37 @@ class Reader:
             raise LostConnection(self.lost)
         assert delivery.delivery_tag is not None
         await delivery.channel.basic_ack(delivery.delivery_tag, wait=False)
+        self._acked += 1
 
     async def __aexit__(self, *exc: object) -> None:
         self.on_lost.clear()
         channel, self.channel = self.channel, None
         if channel is not None and not channel.is_closed:
+            healthy = self.lost is None
             with contextlib.suppress(Exception):
                 await channel.close()
+            if healthy and self._received > self._acked:
+                await self._until_put_back(self.total - self._acked)
+
+    async def _until_put_back(self, expected: int) -> None:
+        """Wait (at most :data:`PUT_BACK_WAIT`) until the queue holds ``expected``
+        messages again: the broker puts back what a closed channel held *after* it
+        answers the close, so an operation run right after (a ``list`` then a
+        ``replay``) could find the queue empty (seen under load on 3.10). Best effort:
+        another consumer taking messages meanwhile only makes this wait run out."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + PUT_BACK_WAIT
+        with contextlib.suppress(Exception):
+            channel = await self.connection.channel(publisher_confirms=False)
+            try:
+                while loop.time() < deadline:
+                    queue = await channel.declare_queue(self.queue, passive=True)
+                    if (queue.declaration_result.message_count or 0) >= expected:
+                        return
+                    await asyncio.sleep(0.02)
+            finally:
+                with contextlib.suppress(Exception):
+                    await channel.close()
 
     def _on_close(self, _sender: object, exc: BaseException | None) -> None:
         if self.lost is None:
@@ -96,6 +124,7 @@ class Reader:
             hook()
 
     async def _on_message(self, message: AbstractIncomingMessage) -> None:
+        self._received += 1
         self._inbox.put_nowait(message)
 
     async def settled(self) -> None:
