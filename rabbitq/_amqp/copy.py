@@ -137,7 +137,7 @@ def replay_headers(headers: Mapping[str, Any]) -> dict[str, Any]:
     delivery is attempt 1), ``rabbitq-replayed`` incremented, the broker's ``x-``
     headers summarised in ``rabbitq-deaths`` (see :func:`rabbitq._amqp.headers.deaths`),
     everything else kept."""
-    dropped = {*h.DLQ_ONLY, h.ATTEMPT}
+    dropped = {*h.DLQ_ONLY, h.ATTEMPT, h.UNBLOCK}  # an unblock is asked for per replay
     out = {k: v for k, v in h.copy_headers(headers).items() if k not in dropped}
     out[h.REPLAYED] = _count(headers.get(h.REPLAYED)) + 1
     return out
@@ -151,11 +151,15 @@ def _of_dead(m: Dead, headers: dict[str, Any], *, user: str | None) -> Copy:
     return Copy(m.body, props)
 
 
-def replay(m: Dead, *, user: str | None = None) -> Copy:
+def replay(m: Dead, *, user: str | None = None, unblock: bool = False) -> Copy:
     """The copy that replay publishes: body and properties unchanged, headers per
     :func:`replay_headers`. ``user_id`` is kept only if it is ``user`` (the broker
-    refuses any other)."""
-    return _of_dead(m, replay_headers(m.headers), user=user)
+    refuses any other). ``unblock``: the copy lifts the block of its ordered key
+    (``rabbitq-unblock``), whichever message of the key blocked it."""
+    headers = replay_headers(m.headers)
+    if unblock:
+        headers[h.UNBLOCK] = 1
+    return _of_dead(m, headers, user=user)
 
 
 def stored(m: Dead, *, user: str | None = None) -> Copy:

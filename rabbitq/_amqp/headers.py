@@ -31,6 +31,7 @@ QUEUE = "rabbitq-queue"
 ORIGINAL_EXCHANGE = "rabbitq-original-exchange"
 ORIGINAL_ROUTING_KEY = "rabbitq-original-routing-key"
 REPLAYED = "rabbitq-replayed"
+UNBLOCK = "rabbitq-unblock"  # on a replayed copy: lift its ordered key's block (operator's)
 GROUP = "rabbitq-group"
 CALLBACK_OF = "rabbitq-callback-of"
 DEATHS = "rabbitq-deaths"

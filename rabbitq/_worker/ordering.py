@@ -12,9 +12,11 @@ the key never starts before the earlier one's outcome is safe.
 After the last attempt the message is dead-lettered; with ``on_dead="block"`` its key
 is then blocked: every later delivery of the key goes straight to the DLQ behind it
 (reason ``blocked``), never held in the worker, so a blocked key cannot fill the
-prefetch. A message of the key replayed from the DLQ (``rabbitq dlq replay``) unblocks
-it and runs. Which key a delivery has, and what to do with a blocked one, are pure
-(:func:`key_of`, :func:`blocked_outcome`). Blocked keys are also kept in the broker
+prefetch. The message that blocked it, replayed from the DLQ (``rabbitq dlq replay``),
+unblocks it and runs; any other replayed message of the key goes back behind it, unless
+the replay was marked ``--unblock``. Which key a delivery has, whether it lifts a block
+and what to do with a blocked one are pure (:func:`key_of`, :func:`lifts_block`,
+:func:`blocked_outcome`). Blocked keys are also kept in the broker
 (:mod:`rabbitq._worker.blocked_keys`), read before the first ordered delivery of each
 consume channel goes, so that a restart or another process taking over keeps them.
 """
@@ -25,6 +27,7 @@ import asyncio
 import functools
 import logging
 from collections.abc import Callable, Mapping
+from typing import Any
 
 from .. import retry
 from .._amqp import headers as h
@@ -72,6 +75,17 @@ def hold_problems(handlers: Mapping[str, Handler], consumer_timeout: float | Non
                 f"({consumer_timeout:g}s): shorten its delays or timeout (docs/ordering.md)"
             )
     return problems
+
+
+def lifts_block(headers: Mapping[str, Any], message_id: str, dead: str) -> bool:
+    """Whether a delivery of a blocked key lifts the block (pure): only a replay of the
+    message that blocked it (``dead``), or a replay the operator marked
+    ``rabbitq-unblock`` (``rabbitq dlq replay --unblock``). Any other message of the
+    key, replayed or not, goes back to the DLQ behind it: a failed message of a key is
+    never overtaken."""
+    if not headers.get(h.REPLAYED):
+        return False
+    return message_id == dead or bool(headers.get(h.UNBLOCK))
 
 
 def blocked_outcome(key: str, dead: str, type_name: str, attempt: int) -> Outcome:
@@ -188,7 +202,7 @@ class Ordering:
             await self._read_registry(channel)
         dead = self.blocked.get(turn.key)
         if dead is not None:
-            if not job.headers.get(h.REPLAYED):
+            if not lifts_block(job.headers, job.message_id, dead):
                 return blocked_outcome(turn.key, dead, job.type_name, job.attempt)
             await self._unblock(turn.key)
         self.running += 1
@@ -214,7 +228,7 @@ class Ordering:
                 self.idle.set()
         handler = job.handler
         if isinstance(outcome.decision, DeadLetter) and handler and handler.on_dead == "block":
-            await self._block(turn.key, job.delivery.message_id or "-")
+            await self._block(turn.key, job.message_id)
         return outcome
 
     async def _read_registry(self, channel: object) -> None:
@@ -256,7 +270,10 @@ class Ordering:
         if self.registry is not None:
             await self.registry.remove(key)
         self.blocked.pop(key, None)
-        log.warning("key %r unblocked: a message of it was replayed from the DLQ", key)
+        log.warning(
+            "key %r unblocked: the message that blocked it was replayed from the DLQ (or "
+            "a replay marked --unblock)", key,
+        )  # fmt: skip
         self.hooks.keys_blocked(self.queue, tuple(self.blocked))
 
     def freeze(self) -> None:

@@ -109,6 +109,7 @@ async def replay(
     on_progress: Progress | None = None,
     connection: AbstractConnection | None = None,
     tracing: Tracing | None = None,
+    unblock: bool = False,
 ) -> Tally:
     """Move matching DLQ messages back to the queue they failed in (or ``to``).
 
@@ -119,6 +120,8 @@ async def replay(
     nothing and lists in ``matched`` what would move. A lost connection raises
     :class:`DlqInterrupted` with the tally so far (see ``possible_duplicates``).
     ``tracing`` (e.g. the app's) makes a ``replay`` span per copy, in the message's trace.
+    ``unblock``: each copy lifts its ordered key's block (``on_dead="block"``) even if it
+    is not the message that blocked it (the operator's choice: docs/ordering.md).
     """
     tracing = tracing or NO_TRACING
     pacer = Pacer(rate)
@@ -162,7 +165,7 @@ async def replay(
                         await pacer.wait()
                         if m.message_id:
                             sent.add((m.message_id, replayed))
-                        copy = replay_copy(m, user=user)
+                        copy = replay_copy(m, user=user, unblock=unblock)
                         span = _replay_span(tracing, m, copy, destination)
                         await mover.submit(delivery, copy, destination, span)
                     if limit is not None and selected >= limit:

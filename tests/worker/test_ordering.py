@@ -321,3 +321,45 @@ async def test_a_registry_read_keeps_what_was_blocked_or_unblocked_while_it_ran(
     await reading
     assert ordering.blocked == {"a": "a-2", "d": "d-1"}
     assert registry.keys == {"d": "d-1", "a": "a-2"}
+
+
+async def test_a_replayed_message_never_overtakes_the_one_that_blocked_its_key():
+    # Issue 33, item 1 (examples/ledger.py's flow): the replayed overdraft fails again
+    # and blocks again; the replayed deposit behind it must not unblock the key and run.
+    seen: list[tuple[str, int]] = []
+    broken = {("a", 1)}
+
+    async def handle(m: Op) -> None:
+        if (m.account, m.seq) in broken:
+            raise PermanentError("overdraft")
+        seen.append((m.account, m.seq))
+
+    app = app_with(handle, on_dead="block")
+    ordering = Ordering("q", app.handlers, Blocked())
+    await run_all(ordering, app, [Fake(Op(account="a", seq=s)) for s in range(3)])
+    assert seen == [("a", 0)] and ordering.blocked == {"a": "a-1"}
+
+    # The cause is not fixed: the replay brings a-1 (fails again) and a-2 behind it.
+    replayed = [Fake(Op(account="a", seq=s), {"rabbitq-replayed": 1}) for s in (1, 2)]
+    outcomes = await run_all(ordering, app, replayed)
+    reasons = [o.decision.reason for o in outcomes]
+    assert reasons == ["permanent", BLOCKED]  # a-2 back to the DLQ, behind a-1
+    assert seen == [("a", 0)] and ordering.blocked == {"a": "a-1"}
+
+    # A replayed a-2 alone (a-1 still dead) does not lift the block either.
+    alone = await run_all(ordering, app, [Fake(Op(account="a", seq=2), {"rabbitq-replayed": 2})])
+    assert alone[0].decision == DeadLetter(BLOCKED) and ordering.blocked == {"a": "a-1"}
+
+    # The operator drops a-1 and replays a-2 marked --unblock: it lifts the block.
+    marked = Fake(Op(account="a", seq=2), {"rabbitq-replayed": 3, "rabbitq-unblock": 1})
+    await run_all(ordering, app, [marked])
+    assert seen == [("a", 0), ("a", 2)] and ordering.blocked == {}
+
+
+def test_only_the_blocking_message_or_an_unblock_replay_lifts_a_block():
+    from rabbitq._worker.ordering import lifts_block
+
+    assert lifts_block({"rabbitq-replayed": 1}, "m-1", "m-1")
+    assert not lifts_block({"rabbitq-replayed": 1}, "m-2", "m-1")
+    assert not lifts_block({}, "m-1", "m-1")  # not a replay: a redelivery of it
+    assert lifts_block({"rabbitq-replayed": 1, "rabbitq-unblock": 1}, "m-2", "m-1")
