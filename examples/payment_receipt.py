@@ -6,9 +6,11 @@ lines are counted and their results kept. Run a worker from the repository root:
 
     rabbitq worker examples.payment_receipt:app
 
-and, in another shell, pay for three items::
+and, in another shell, pay for three items, then see that it worked with the
+``rabbitq status`` command the script prints::
 
     python -m examples.payment_receipt
+    rabbitq status examples.payment_receipt:app payment-<id>
 
 Each line is captured by its own message, in parallel (retried if the gateway is down,
 with the message id as the gateway's idempotency key, so a retry never captures twice).
@@ -163,10 +165,13 @@ async def pay_for(
         return await pub.publish(workflow)
 
 
-async def main() -> None:
+async def main(service: App = app, loaded_as: str = "examples.payment_receipt:app") -> str:
+    """Pay for three items; print the chord's id and the command that shows its progress."""
     items = [("book", Decimal("12.50")), ("pen", Decimal("2.20")), ("lamp", Decimal("30.00"))]
-    gid = await pay_for(app, uuid.uuid4(), "ada@example.com", items)
+    gid = await pay_for(service, uuid.uuid4(), "ada@example.com", items)
     print(f"payment {gid}: {len(items)} lines published; the receipt follows the last")
+    print(f"its progress, lines and receipt: rabbitq status {loaded_as} {gid}")
+    return gid
 
 
 if __name__ == "__main__":

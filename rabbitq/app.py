@@ -24,7 +24,9 @@ from .breaker import Breaker
 from .errors import ConfigurationError
 from .handler import (
     DEFAULT_MAX_BODY_SIZE,
+    BatchHandlerDecorator,
     Handler,
+    HandlerDecorator,
     HandlerFn,
     KeyFn,
     OnDead,
@@ -179,7 +181,7 @@ class App:
         key: KeyFn | None = None,
         ordered_by: KeyFn | None = None,
         on_dead: OnDead = "skip",
-    ) -> Callable[[HandlerFn], HandlerFn]:
+    ) -> HandlerDecorator[M]:
         """Register the decorated function (async or sync) as the handler of ``model``.
 
         ``retry``, ``timeout``, ``max_body_size`` and ``breaker`` override the app's for
@@ -263,7 +265,7 @@ class App:
         breaker: Breaker | None | EllipsisType = ...,
         idempotency: IdempotencyStore | None | EllipsisType = ...,
         key: KeyFn | None = None,
-    ) -> Callable[[HandlerFn], HandlerFn]:
+    ) -> BatchHandlerDecorator[M]:
         """Register the decorated ``async def fn(msgs: list[M], ctx: BatchContext)`` as the
         batch handler of ``model``: called with up to ``max_size`` messages, at most
         ``max_wait`` seconds after the first of them arrived (docs/batches.md).
@@ -274,7 +276,7 @@ class App:
         messages whose ``key`` is done or repeated in the batch are acked as duplicates
         before the call. ``max_size`` must fit in the app's prefetch.
         """
-        register = self.handler(
+        register: Callable[[HandlerFn], HandlerFn] = self.handler(
             model,
             retry=retry,
             timeout=timeout,
@@ -331,15 +333,13 @@ class App:
                 delays_ms={ms for h in self._handlers.values() if not h.ordered_by
                            for ms in h.retry.delays_ms},  # ordered: retried in the worker
                 routing_keys=self._handlers,
-                count=self.partitions,
-                index=self.partition_index,
+                count=self.partitions, index=self.partition_index,
                 queue_type=self.queue_type,
                 delivery_limit=self.delivery_limit, blocked=blocked,
             )  # fmt: skip
         return plan(
             queue=self.queue, exchange=self.exchange, delays_ms=delays, blocked=blocked,
-            routing_keys=self._handlers,
-            queue_type=self.queue_type,
+            routing_keys=self._handlers, queue_type=self.queue_type,
             delivery_limit=self.delivery_limit,
         )  # fmt: skip
 

@@ -4,9 +4,9 @@
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Concatenate, Literal, ParamSpec, Protocol, TypeVar
 
 from .batch import BatchLimits
 from .breaker import Breaker
@@ -22,6 +22,30 @@ if TYPE_CHECKING:
 HandlerFn = Callable[..., Any]
 KeyFn = Callable[[Any], object]  # the message -> its idempotency key (str() is applied)
 OnDead = Literal["skip", "block"]  # an ordered key after a dead letter (docs/ordering.md)
+
+M = TypeVar("M", bound=Message)
+P = ParamSpec("P")
+R = TypeVar("R")
+A = TypeVar("A", bound=Awaitable[Any])
+
+
+class HandlerDecorator(Protocol[M]):
+    """What ``@app.handler(M)`` returns: it registers the function and returns it as it was,
+    with its own signature, so that a type checker sees the handler's parameters and flags
+    one whose first parameter does not take an ``M``. Async or sync, with or without a
+    ``Context``, or an object with an ``async def __call__``."""
+
+    def __call__(self, fn: Callable[Concatenate[M, P], R], /) -> Callable[Concatenate[M, P], R]: ...
+
+
+class BatchHandlerDecorator(Protocol[M]):
+    """What ``@app.batch_handler(M)`` returns: as :class:`HandlerDecorator`, for an async
+    function whose first parameter takes a ``list[M]``."""
+
+    def __call__(
+        self, fn: Callable[Concatenate[list[M], P], A], /
+    ) -> Callable[Concatenate[list[M], P], A]: ...
+
 
 # Bodies above this are dead-lettered as ``invalid`` before any parsing (see docs/safety.md).
 DEFAULT_MAX_BODY_SIZE = 4 * 1024 * 1024

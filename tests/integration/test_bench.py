@@ -39,3 +39,16 @@ def test_the_harness_runs_every_scenario_at_a_tiny_size_and_reports_json(broker_
     # Comparisons that need a missing piece say why instead of failing.
     for name, why in report["skipped"].items():
         assert why, name
+
+
+def test_a_quick_run_says_its_figures_are_not_a_verdict_on_the_targets(broker_url):
+    out = subprocess.run(
+        [sys.executable, "-m", "bench", "--quick", "--only", "consume", "--n", "200",
+         "--rounds", "1"],
+        cwd=ROOT, capture_output=True, text=True, timeout=110,
+        env={**os.environ, "RABBITQ_URL": broker_url},
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    last = out.stdout.strip().splitlines()[-1]
+    assert last.startswith("note: --quick is a look, not a measurement"), out.stdout
+    assert "targets are checked in full mode only" in last

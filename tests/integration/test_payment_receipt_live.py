@@ -14,6 +14,7 @@ from examples import payment_receipt
 from examples.payment_receipt import SandboxGateway, SandboxMailer
 from rabbitq import App, Worker, dlq
 from rabbitq.effects import RedisStore
+from rabbitq.status import GroupStatus
 from tests.helpers import REDIS_URL, Recorder, declare_topology, running, wait_for
 
 pytestmark = pytest.mark.broker
@@ -51,6 +52,27 @@ async def test_one_receipt_after_every_line_is_captured(
         "Your payment did not go through",
         "Your receipt: 25.63",
     ]
+
+
+async def test_the_scripts_run_prints_the_status_command_that_shows_it_worked(
+    make_app: Callable[..., App], redis_prefix, capsys
+):
+    app = make_app(
+        create=payment_receipt.create_app,
+        store=RedisStore(REDIS_URL, key_prefix=redis_prefix),
+        mailer=(mailer := SandboxMailer()),
+    )
+    async with running(Worker(app)):
+        gid = await payment_receipt.main(app, "myapp:app")
+        printed = capsys.readouterr().out.splitlines()
+        assert printed[-1] == f"its progress, lines and receipt: rabbitq status myapp:app {gid}"
+        await wait_for(lambda: len(mailer.sent) == 1, timeout=20)
+
+        async def complete() -> bool:
+            status = await app.status(gid)
+            return isinstance(status, GroupStatus) and status.complete
+
+        await wait_for(complete, timeout=20)
 
 
 def _accepting(gateway: SandboxGateway):  # type: ignore[no-untyped-def]
