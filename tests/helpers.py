@@ -8,6 +8,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import os
+import signal
 import subprocess
 import sys
 import uuid
@@ -359,6 +360,25 @@ def assert_running(proc: subprocess.Popen[Any], log: Path | str, what: str = "th
     """Fail with :func:`exit_report` if ``proc`` has exited."""
     if proc.poll() is not None:
         raise AssertionError(exit_report(proc, log, what))
+
+
+STOPPED_BY_THE_TEST = frozenset({0, -signal.SIGKILL, -signal.SIGTERM})
+"""Exit codes of a worker that a test killed or stopped (or that stopped cleanly)."""
+
+
+def unexpected_exits(
+    procs: Iterable[tuple[subprocess.Popen[Any], Path]],
+    what: str = "a worker",
+    expected: frozenset[int] = STOPPED_BY_THE_TEST,
+) -> str:
+    """:func:`exit_report` of every process that exited with a code not in ``expected``
+    (``""``: none), for the message of a run that did not finish: why its workers died."""
+    reports = [
+        exit_report(proc, log, what)
+        for proc, log in procs
+        if proc.poll() is not None and proc.returncode not in expected
+    ]
+    return "\n".join(reports)
 
 
 def spawn_logged(args: list[str], log: Path, **popen: Any) -> subprocess.Popen[bytes]:
