@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import socket
 import uuid
 import warnings
@@ -25,7 +26,14 @@ from aio_pika.abc import AbstractRobustConnection
 from rabbitq import App
 from rabbitq._ops.containers import throwaway_broker
 
-from .helpers import delete_app_objects, redis_key_prefix
+from .broker_node import BrokerNode
+from .helpers import (
+    CONSISTENT_HASH_PLUGIN,
+    ENABLE_CONSISTENT_HASH,
+    broker_has_consistent_hash,
+    delete_app_objects,
+    redis_key_prefix,
+)
 
 LOCAL_URL = "amqp://guest:guest@127.0.0.1:5672/"
 
@@ -47,6 +55,8 @@ worker. Any other test goes to whichever worker is free."""
 SERVICE_FIXTURES = frozenset(
     {
         "broker_url",  # RabbitMQ: every broker fixture (connection, make_app, ...) uses it
+        "suite_broker_url",
+        "hash_broker_url",  # a broker with the consistent-hash exchange plugin
         "chaos_node",  # private RabbitMQ nodes, a cluster, a TLS node, a Redis node
         "delay_node",
         "node",
@@ -165,8 +175,9 @@ def _port_open(host: str, port: int) -> bool:
 
 
 @pytest.fixture(scope="session")
-def broker_url() -> Iterator[str]:
-    """The URL of a real RabbitMQ for this test session."""
+def suite_broker_url() -> Iterator[str]:
+    """The URL of the real RabbitMQ this test session runs against (see the module's
+    docstring); tests ask for :func:`broker_url`, which a module may override."""
     if url := os.environ.get("RABBITQ_TEST_URL"):
         yield url
         return
@@ -187,6 +198,33 @@ def broker_url() -> Iterator[str]:
                 pytest.fail(reason)
             pytest.skip(reason)
         yield url
+
+
+@pytest.fixture(scope="session")
+def broker_url(suite_broker_url: str) -> str:
+    """The URL of a real RabbitMQ for this test session. A module whose tests need the
+    consistent-hash exchange overrides it with :func:`hash_broker_url`'s."""
+    return suite_broker_url
+
+
+@pytest.fixture(scope="session")
+def hash_broker_url(suite_broker_url: str) -> Iterator[str]:
+    """A RabbitMQ with the consistent-hash exchange plugin, which ``App(partitions=N)``
+    routes through (shipped with RabbitMQ, off by default): the broker under test when
+    it has the plugin enabled (CI's ``.ci/run`` enables it on the machine's broker),
+    else a private node of this test process's own started with it (~6 s, once per
+    pytest-xdist worker that needs it). Without ``rabbitmq-server`` to start one, the
+    test skips with the line that says how to enable the plugin (fails in CI)."""
+    if broker_has_consistent_hash(suite_broker_url):
+        yield suite_broker_url
+        return
+    if shutil.which("rabbitmq-server") is None:
+        reason = f"the consistent-hash exchange plugin is off: {ENABLE_CONSISTENT_HASH}"
+        if os.environ.get("CI"):
+            pytest.fail(reason)
+        pytest.skip(reason)
+    with BrokerNode.started("rabbitq-hash", plugins=(CONSISTENT_HASH_PLUGIN,)) as node:
+        yield node.url
 
 
 @pytest.fixture

@@ -1,15 +1,18 @@
 """Helpers shared by the tests: run a worker, record outcomes, inspect queues, run the
-``rabbitq`` command as a real subprocess, read its one-line errors."""
+``rabbitq`` command as a real subprocess, read its one-line errors, say why a worker
+subprocess died, ask a broker for the consistent-hash exchange."""
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import os
+import signal
 import subprocess
 import sys
 import uuid
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +20,7 @@ from aio_pika.abc import AbstractIncomingMessage, AbstractRobustConnection
 from click.testing import Result
 
 from rabbitq import App, Worker
+from rabbitq._amqp import partitions
 from rabbitq._amqp.topology import retry_queue_name
 from rabbitq.hooks import Hooks
 
@@ -24,6 +28,10 @@ REDIS_URL = os.environ.get("RABBITQ_TEST_REDIS", "redis://127.0.0.1:6379/0")
 """The real Redis of the tests (the effects tests and bench/ read the same variable)."""
 ROOT = Path(__file__).resolve().parents[1]
 """The repository (examples/ is importable from there)."""
+CONSISTENT_HASH_PLUGIN = partitions.PLUGIN
+"""``rabbitmq_consistent_hash_exchange``: what ``App(partitions=N)`` needs on the broker."""
+ENABLE_CONSISTENT_HASH = partitions.ENABLE
+"""``rabbitmq-plugins enable rabbitmq_consistent_hash_exchange``."""
 
 
 def run_cli(
@@ -178,12 +186,21 @@ async def drain_queue(
 
 
 async def wait_for(
-    predicate: Callable[[], Any], timeout: float = 30, interval: float = 0.05
+    predicate: Callable[[], Any],
+    timeout: float = 30,
+    interval: float = 0.05,
+    *,
+    running: Iterable[tuple[subprocess.Popen[Any], Path]] = (),
 ) -> None:
-    """Poll ``predicate`` (sync or async) until it is true, else fail after ``timeout``."""
+    """Poll ``predicate`` (sync or async) until it is true, else fail after ``timeout``.
+    ``running``: ``(process, log)`` pairs that must stay up meanwhile; one that exits
+    fails the wait at once with :func:`exit_report` (why it died, not a timeout)."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
+    watched = list(running)
     while True:
+        for proc, log in watched:
+            assert_running(proc, log)
         value = predicate()
         if asyncio.iscoroutine(value):
             value = await value
@@ -316,3 +333,76 @@ def service_fixture(function: Callable[..., Any]) -> Callable[..., Any]:
     tests/conftest.py. Written under ``@pytest.fixture``."""
     function.reaches_service = True  # type: ignore[attr-defined]
     return function
+
+
+def output_tail(log: Path | str, lines: int = 20) -> str:
+    """The last ``lines`` non-blank lines of a subprocess's output file (``""``: none)."""
+    try:
+        text = Path(log).read_text(errors="replace")
+    except OSError:
+        return ""
+    return "\n".join([line for line in text.splitlines() if line.strip()][-lines:])
+
+
+def exit_report(
+    proc: subprocess.Popen[Any], log: Path | str, what: str = "the worker", lines: int = 20
+) -> str:
+    """Why a subprocess stopped, for an assertion message: ``<what> (pid N) exited with
+    CODE: <its last line>`` (pytest's one-line summary shows this much), then the last
+    ``lines`` lines of ``log``, the file its stdout and stderr went to."""
+    tail = output_tail(log, lines)
+    last = tail.splitlines()[-1] if tail else f"(nothing in {log})"
+    head = f"{what} (pid {proc.pid}) exited with {proc.returncode}: {last}"
+    return f"{head}\n--- last lines of {log} ---\n{tail}" if tail else head
+
+
+def assert_running(proc: subprocess.Popen[Any], log: Path | str, what: str = "the worker") -> None:
+    """Fail with :func:`exit_report` if ``proc`` has exited."""
+    if proc.poll() is not None:
+        raise AssertionError(exit_report(proc, log, what))
+
+
+STOPPED_BY_THE_TEST = frozenset({0, -signal.SIGKILL, -signal.SIGTERM})
+"""Exit codes of a worker that a test killed or stopped (or that stopped cleanly)."""
+
+
+def unexpected_exits(
+    procs: Iterable[tuple[subprocess.Popen[Any], Path]],
+    what: str = "a worker",
+    expected: frozenset[int] = STOPPED_BY_THE_TEST,
+) -> str:
+    """:func:`exit_report` of every process that exited with a code not in ``expected``
+    (``""``: none), for the message of a run that did not finish: why its workers died."""
+    reports = [
+        exit_report(proc, log, what)
+        for proc, log in procs
+        if proc.poll() is not None and proc.returncode not in expected
+    ]
+    return "\n".join(reports)
+
+
+def spawn_logged(args: list[str], log: Path, **popen: Any) -> subprocess.Popen[bytes]:
+    """``subprocess.Popen(args)`` with its stdout and stderr appended to ``log``, so that
+    :func:`exit_report` can say why it died (``popen``: ``cwd``, ``env``, ...)."""
+    with log.open("ab") as out:
+        return subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, **popen)
+
+
+def broker_has_consistent_hash(url: str) -> bool:
+    """Whether the broker at ``url`` has the consistent-hash exchange type (its plugin
+    enabled): an ``x-consistent-hash`` exchange declared and deleted on a connection of
+    its own (a refused declare closes that connection only). Blocking."""
+
+    async def probe() -> bool:
+        import aio_pika
+
+        connection = await aio_pika.connect(url, timeout=15)
+        try:
+            return await partitions.probe(connection) is None
+        finally:
+            with contextlib.suppress(Exception):
+                await connection.close()
+
+    # A thread of its own: a fixture may be set up while an event loop runs.
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, probe()).result()

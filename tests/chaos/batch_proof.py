@@ -38,7 +38,13 @@ import redis.asyncio as aioredis
 from rabbitq import App
 from rabbitq._ops.batch_series import BATCH_SIZE_BUCKETS
 
-from ..helpers import declare_topology, delete_app_objects, drain_queue, queue_depth
+from ..helpers import (
+    declare_topology,
+    delete_app_objects,
+    drain_queue,
+    queue_depth,
+    unexpected_exits,
+)
 from . import batch_service as service
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -117,6 +123,11 @@ class Run:
         self.workers.append(proc)
         return proc
 
+    def check(self) -> None:
+        """Fail, with its last lines, if a worker died that the proof did not kill."""
+        died = unexpected_exits((p, self.log) for p in self.workers)
+        assert not died, died
+
     def handled(self) -> set[int]:
         if not self.ledger.exists():
             return set()
@@ -143,6 +154,7 @@ async def prove(url: str, messages: int, kills: int, workdir: Path, limit: float
         for k in range(kills):
             goal = messages * (k + 1) // (kills + 2)
             while len(run.handled()) < goal:
+                run.check()
                 await asyncio.sleep(0.05)
             victim = next(p for p in reversed(run.workers) if p.poll() is None)
             victim.send_signal(signal.SIGKILL)
@@ -151,6 +163,7 @@ async def prove(url: str, messages: int, kills: int, workdir: Path, limit: float
             run.spawn()
         deadline = time.monotonic() + limit
         while len(run.handled()) + await _dead_count(conn, run.app) < messages:
+            run.check()
             if time.monotonic() > deadline:
                 break
             await asyncio.sleep(0.2)

@@ -34,7 +34,7 @@ from rabbitq._amqp import failover
 from rabbitq.dlq.message import reason_of
 from rabbitq.settings import broker_urls
 
-from ..helpers import declare_topology, delete_app_objects, drain_queue
+from ..helpers import declare_topology, delete_app_objects, drain_queue, unexpected_exits
 from ..scrape import logged_port
 from .ledger import Ledger, Tally
 from .service import Config, Job, build_app
@@ -232,6 +232,16 @@ class ChaosRun:
         self.workers.append(worker)
         return worker
 
+    def died(self) -> str:
+        """Why the last worker died that the run did not kill or stop (``""``: none did),
+        with how many did: its exit code and the last lines of its log."""
+        reports = [
+            unexpected_exits([(w.proc, w.log)], f"worker {i + 1} of {len(self.workers)}")
+            for i, w in enumerate(self.workers)
+        ]
+        died = [r for r in reports if r]
+        return f"{len(died)} worker(s) died; the last: {died[-1]}" if died else ""
+
     def live_workers(self) -> list[WorkerProcess]:
         return [w for w in self.workers if w.alive()]
 
@@ -316,4 +326,5 @@ class ChaosRun:
             dead=Counter(self.dead_letters.dead),
             dlq_reasons=Counter(self.dead_letters.reasons),
             unconfirmed=set(self.unconfirmed),
+            died=self.died(),
         )

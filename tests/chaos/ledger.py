@@ -65,6 +65,8 @@ class Tally:
     """Ids whose publish raised: not promised, but they may have been stored."""
     pending: set[str] = field(default_factory=set)
     """Ids still waiting in a queue at the end: not lost, but the scenario did not finish."""
+    died: str = ""
+    """Why worker processes died that the scenario did not kill (exit code, last lines)."""
 
     @property
     def lost(self) -> set[str]:
@@ -90,7 +92,7 @@ class Tally:
             f"dead-lettered {len(set(self.dead))} {dict(self.dlq_reasons)}, "
             f"lost {len(self.lost)}, duplicated {self.duplicated}, "
             f"unconfirmed {len(self.unconfirmed)}, pending {len(self.pending)}"
-        )
+        ) + (f"\n{self.died}" if self.died else "")
 
     def assert_nothing_lost(self) -> None:
         assert not self.lost, f"lost {len(self.lost)}: {sorted(self.lost)[:5]}; {self.summary()}"

@@ -39,6 +39,8 @@ import aio_pika
 import orjson
 from aio_pika.abc import AbstractRobustConnection
 
+from tests.helpers import assert_running
+
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_URL = os.environ.get("RABBITQ_TEST_URL", "amqp://guest:guest@127.0.0.1:5672/")
 
@@ -154,6 +156,7 @@ async def run(
         marks = [(i + 1) / (kills + 1) for i in range(kills)]
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
+            assert_running(supervisor, workdir / "worker.log", "rabbitq worker --processes")
             lines = _read(record)
             done, _, _ = count(lines)
             if marks and len(done) >= marks[0] * total:
@@ -192,12 +195,8 @@ async def _wait_declared(
     log: Path,
 ) -> None:
     for _ in range(300):
-        if proc.poll() is not None:
-            # Its last lines say why (no consistent-hash exchange on the broker, ...).
-            said = log.read_text(errors="replace").strip().splitlines()[-5:]
-            raise RuntimeError(
-                f"the worker exited with {proc.returncode}:\n" + "\n".join(said)
-            )
+        # Its last lines say why (no consistent-hash exchange on the broker, ...).
+        assert_running(proc, log, "rabbitq worker --processes")
         channel = await conn.channel()
         try:
             for name in mains:

@@ -41,7 +41,7 @@ from rabbitq._ops import queue_watch
 from rabbitq.ladder import plan as ladder
 
 from ..broker_node import BrokerNode
-from ..helpers import declare_topology, delete_app_objects, queue_depth
+from ..helpers import assert_running, declare_topology, delete_app_objects, queue_depth
 from .delay_service import Reminder, arrivals, build_app
 from .harness import connect_admin
 
@@ -193,6 +193,7 @@ async def delays_under_faults(
             await asyncio.gather(*(one(n) for n in range(messages)))
         # a third of the way: kill -9 the worker, start another
         await asyncio.sleep(max(0.0, start + max_delay / 3 - time.time()))
+        assert_running(procs[0], workdir / "worker.log")
         killed = time.time()
         procs[0].send_signal(signal.SIGKILL)
         procs[0].wait(timeout=30)

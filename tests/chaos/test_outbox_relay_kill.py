@@ -11,26 +11,26 @@ import signal
 import subprocess
 import sys
 from collections import Counter
+from pathlib import Path
 
 import orjson
 import pytest
 
 from tests.effects.conftest import Note, all_sent, received
-from tests.helpers import wait_for
+from tests.helpers import exit_report, spawn_logged, wait_for
 
 
-def _relay(args: list[str]) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
+def _relay(args: list[str], log: Path) -> subprocess.Popen[bytes]:
+    return spawn_logged(
         [sys.executable, "-m", "tests.effects.relay_proc", *args],
+        log,
         cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
     )
 
 
 @pytest.mark.slow
 async def test_a_relay_killed_mid_batch_and_restarted_publishes_every_row(
-    make_outbox, pg, bound, pg_url, prefix, broker_url
+    make_outbox, pg, bound, pg_url, prefix, broker_url, tmp_path
 ) -> None:
     """Counted: every row arrives, and the duplicates are bounded by the batch per kill."""
     app, queue = bound
@@ -42,21 +42,22 @@ async def test_a_relay_killed_mid_batch_and_restarted_publishes_every_row(
     args = [pg_url, prefix, broker_url, app.exchange]
     kills = 0
     # 1. killed by itself between the confirms of a batch and marking it sent
-    proc = _relay([*args, "--die-after-publish"])
-    assert proc.wait(60) == -signal.SIGKILL
+    log = tmp_path / "relay.log"
+    proc = _relay([*args, "--die-after-publish"], log)
+    assert proc.wait(60) == -signal.SIGKILL, exit_report(proc, log, "the relay")
     kills += 1
     # 2. killed from outside at random moments
     rnd = random.Random(13)
     for _ in range(3):
-        proc = _relay(args)
+        proc = _relay(args, log)
         await asyncio.sleep(rnd.uniform(0.3, 1.2))
         proc.kill()
         proc.wait(30)
         kills += 1
     # 3. a relay that is left to finish
-    proc = _relay(args)
+    proc = _relay(args, log)
     try:
-        await wait_for(lambda: all_sent(outbox), timeout=90)
+        await wait_for(lambda: all_sent(outbox), timeout=90, running=[(proc, log)])
     finally:
         proc.terminate()  # SIGTERM: a clean stop (or, before it set up, the default exit)
         proc.wait(30)

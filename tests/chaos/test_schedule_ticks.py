@@ -29,7 +29,7 @@ import pytest
 from rabbitq import App
 from rabbitq.schedule import plan
 
-from ..helpers import delete_app_objects
+from ..helpers import assert_running, delete_app_objects
 
 ROOT = Path(__file__).resolve().parents[2]
 # seconds of kills: 60 in the suite; SCHEDULE_CHAOS_SECONDS=120 runs the 2 minutes
@@ -79,6 +79,8 @@ async def test_every_tick_is_published_once_while_workers_are_killed(chaos_node,
         deadline = time.monotonic() + DURATION
         while time.monotonic() < deadline:
             await asyncio.sleep(rng.uniform(1.5, 3.0))
+            for p in procs:  # each was started after the last kills: alive, or say why not
+                assert_running(p.proc, p.log, "a schedule worker")
             leaders = [i for i, p in enumerate(procs) if p.leads()]
             if not leaders:
                 continue  # a takeover in progress: try again next round

@@ -21,9 +21,11 @@ import asyncio
 import contextlib
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import uuid
 from collections import Counter
 from dataclasses import dataclass
@@ -46,7 +48,13 @@ from tests.chaos.workflow_service import (
     build_app,
     finish_table,
 )
-from tests.helpers import declare_topology, delete_app_objects, queue_depth
+from tests.helpers import (
+    declare_topology,
+    delete_app_objects,
+    queue_depth,
+    spawn_logged,
+    unexpected_exits,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -106,6 +114,8 @@ class Proof:
         self.url = broker_url
         self.sink = f"wfproof.{uid}.finish"
         self.workers: list[subprocess.Popen[bytes]] = []
+        self.logs = Path(tempfile.mkdtemp(prefix="rabbitq-wfproof-"))
+        """Each worker's output: ``worker-N.log``."""
         self.kills = 0
         self.failing_first = 0
         self.chain_id = ""
@@ -129,6 +139,7 @@ class Proof:
             if proc.poll() is None:
                 proc.kill()
                 proc.wait(10)
+        shutil.rmtree(self.logs, ignore_errors=True)
         channel = await self._conn.channel()
         with contextlib.suppress(Exception):
             await channel.queue_delete(self.sink)
@@ -150,12 +161,18 @@ class Proof:
 
     def spawn(self) -> None:
         self.workers.append(
-            subprocess.Popen(
+            spawn_logged(
                 [sys.executable, "-m", "rabbitq", "worker", "tests.chaos.workflow_service:app",
                  "--log-level", "ERROR", "--grace-period", "5"],
-                cwd=ROOT, env=self.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                self.logs / f"worker-{len(self.workers) + 1}.log", cwd=ROOT, env=self.env,
             )
         )  # fmt: skip
+
+    def died(self) -> str:
+        """Why workers died that the proof did not kill (``""``: none did)."""
+        return unexpected_exits(
+            (p, self.logs / f"worker-{i + 1}.log") for i, p in enumerate(self.workers)
+        )
 
     def alive(self) -> list[subprocess.Popen[bytes]]:
         return [p for p in self.workers if p.poll() is None]
@@ -227,7 +244,7 @@ class Proof:
             quiet = quiet + 1 if ready and depth == 0 else 0
             if quiet >= 6:
                 return
-        raise AssertionError(f"not settled within {timeout:g}s")
+        raise AssertionError(f"not settled within {timeout:g}s\n{self.died()}".strip())
 
     async def figures(self) -> Figures:
         channel = await self._conn.channel()

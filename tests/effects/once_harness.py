@@ -7,9 +7,11 @@ import asyncio
 import contextlib
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +24,13 @@ import redis.asyncio as aioredis
 from rabbitq import App
 from rabbitq.effects.redisstore import CLIENT_NAME
 
-from ..helpers import declare_topology, delete_app_objects, queue_depth
+from ..helpers import (
+    declare_topology,
+    delete_app_objects,
+    queue_depth,
+    spawn_logged,
+    unexpected_exits,
+)
 from .conftest import PG_URL, REDIS_URL
 from .once_service import Pay, build_app
 
@@ -124,6 +132,8 @@ class OnceRun:
         }
         self.url = broker_url
         self.workers: list[subprocess.Popen[bytes]] = []
+        self.logs = Path(tempfile.mkdtemp(prefix="rabbitq-once-"))
+        """Each worker's output: ``worker-N.log``."""
         self.kills = 0
         self.cuts = 0
         self.sink = f"once.{uid}.paid"
@@ -150,6 +160,7 @@ class OnceRun:
             if proc.poll() is None:
                 proc.kill()
                 proc.wait(10)
+        shutil.rmtree(self.logs, ignore_errors=True)
         channel = await self._conn.channel()
         with contextlib.suppress(Exception):
             await channel.queue_delete(self.sink)
@@ -167,7 +178,7 @@ class OnceRun:
 
     def spawn(self, **env: str) -> subprocess.Popen[bytes]:
         """A worker process; ``env`` adds to its environment (e.g. ONCE_KILL_AT)."""
-        proc = subprocess.Popen(
+        proc = spawn_logged(
             [
                 sys.executable,
                 "-m",
@@ -179,13 +190,18 @@ class OnceRun:
                 "--grace-period",
                 "5",
             ],
+            self.logs / f"worker-{len(self.workers) + 1}.log",
             cwd=ROOT,
             env={**self.env, **env},
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
         )
         self.workers.append(proc)
         return proc
+
+    def died(self) -> str:
+        """Why workers died that the run did not kill (``""``: none did)."""
+        return unexpected_exits(
+            (p, self.logs / f"worker-{i + 1}.log") for i, p in enumerate(self.workers)
+        )
 
     def alive(self) -> list[subprocess.Popen[bytes]]:
         return [p for p in self.workers if p.poll() is None]
@@ -263,7 +279,7 @@ class OnceRun:
             quiet = quiet + 1 if depth == 0 and done else 0
             if quiet >= 8:  # 4 s with nothing waiting: leases held by the dead have expired
                 return
-        raise AssertionError(f"not settled within {timeout}s")
+        raise AssertionError(f"not settled within {timeout}s\n{self.died()}".strip())
 
     async def stop(self) -> None:
         for proc in self.alive():

@@ -283,7 +283,10 @@ async def test_rabbitq_worker_metrics_port_serves_and_says_where(make_app, broke
     with log_path.open("w") as log:
         proc = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=log, stderr=log)
     try:
-        await wait_for(lambda: logged_port(log_path.read_text()), timeout=30, interval=0.1)
+        up = [(proc, log_path)]  # if the worker dies, its last lines say why
+        await wait_for(
+            lambda: logged_port(log_path.read_text()), timeout=30, interval=0.1, running=up
+        )
         port = logged_port(log_path.read_text())
         assert port, log_path.read_text()
         base = f"http://127.0.0.1:{port}"
@@ -294,7 +297,7 @@ async def test_rabbitq_worker_metrics_port_serves_and_says_where(make_app, broke
             except OSError:
                 return False
 
-        await wait_for(ready, timeout=30, interval=0.1)
+        await wait_for(ready, timeout=30, interval=0.1, running=up)
         s = await asyncio.to_thread(scrape, base)
         assert value(s, "rabbitq_prefetch", queue=app.queue) == 5
         assert value(s, "rabbitq_info", version=rabbitq.__version__) == 1

@@ -83,7 +83,10 @@ async def test_two_worker_processes_sum_their_metrics_survive_a_kill_and_drain_o
     with log_path.open("w") as log:
         proc = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=log, stderr=log)
     try:
-        await wait_for(lambda: logged_port(log_path.read_text()), timeout=60, interval=0.2)
+        up = [(proc, log_path)]  # the supervisor: if it dies, its last lines say why
+        await wait_for(
+            lambda: logged_port(log_path.read_text()), timeout=60, interval=0.2, running=up
+        )
         base = f"http://127.0.0.1:{logged_port(log_path.read_text())}"
 
         async def answers(path: str, status: int) -> bool:
@@ -92,7 +95,7 @@ async def test_two_worker_processes_sum_their_metrics_survive_a_kill_and_drain_o
             except OSError:  # not listening yet
                 return False
 
-        await wait_for(lambda: answers("/readyz", 200), timeout=60, interval=0.2)
+        await wait_for(lambda: answers("/readyz", 200), timeout=60, interval=0.2, running=up)
         assert await answers("/healthz", 200)
 
         # 1. Both consume, and /metrics is the exact sum of both.

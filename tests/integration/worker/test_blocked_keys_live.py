@@ -1,6 +1,8 @@
 """A key blocked by ``on_dead="block"`` stays blocked when its worker restarts and when
 its partition moves to another process, because it is kept in the broker
-(``<queue>.blocked``); a replay still unblocks it (docs/ordering.md, "Blocked keys")."""
+(``<queue>.blocked``); a replay still unblocks it (docs/ordering.md, "Blocked keys").
+The partitions need the consistent-hash exchange plugin: the module runs on
+``hash_broker_url`` (the broker under test if it has it, else a private node)."""
 
 from __future__ import annotations
 
@@ -15,6 +17,13 @@ from rabbitq.dlq import replay
 from tests.helpers import queue_depth, running, wait_for
 
 pytestmark = pytest.mark.broker
+
+
+@pytest.fixture(scope="module")
+def broker_url(hash_broker_url: str) -> str:
+    """This module's broker (for ``make_app``, ``connection``, ...): one with the
+    consistent-hash exchange plugin, a private node where the broker under test lacks it."""
+    return hash_broker_url
 
 
 class Posting(Message, type="test.blocked_keys.posting"):

@@ -1,6 +1,7 @@
-"""Partitioned workers against the real broker (needs the consistent-hash exchange
-plugin): messages spread over the partitions by key, and a stand-by partition is given
-back to the process whose home it is (docs/ordering.md, "Spreading")."""
+"""Partitioned workers against a real broker with the consistent-hash exchange plugin
+(``hash_broker_url``: the broker under test if it has it, else a private node): messages
+spread over the partitions by key, and a stand-by partition is given back to the process
+whose home it is (docs/ordering.md, "Spreading")."""
 
 from __future__ import annotations
 
@@ -18,6 +19,13 @@ from tests.helpers import wait_for
 pytestmark = pytest.mark.broker
 
 
+@pytest.fixture(scope="module")
+def broker_url(hash_broker_url: str) -> str:
+    """This module's broker (for ``make_app``, ``connection``, ...): one with the
+    consistent-hash exchange plugin, a private node where the broker under test lacks it."""
+    return hash_broker_url
+
+
 class Step(Message, type="test.partitions.step"):
     key: str
     seq: int
@@ -29,7 +37,6 @@ class Received(Hooks):
 
     def received(self, queue: str, type_name: str) -> None:
         self.by_queue[queue] += 1
-
 
 
 async def test_a_returning_home_process_gets_its_partition_back_in_order(make_app, connection):
