@@ -45,6 +45,7 @@ from ..errors import (
     PartialPublish,
     PublishError,
     PublishInterrupted,
+    PublishNacked,
     Unroutable,
 )
 from ..hooks import Hooks, combine
@@ -336,11 +337,10 @@ class Publisher:
         return props.message_id
 
     async def _within(self, seconds: float, send: Callable[[], Awaitable[None]]) -> None:
-        """``send()``, retried after an interruption until ``seconds`` have passed.
-
-        Only :class:`PublishInterrupted` is retried (the robust connection reconnects
-        and restores the channel meanwhile); unroutable and nacked messages are not.
-        """
+        """``send()`` (the same ``message_id``) until ``seconds`` have passed, again
+        after an interruption (the robust connection reconnects meanwhile) or a nack
+        (not stored: a quorum queue without a reachable leader, a full queue; it may
+        pass); an unroutable message is not retried: no queue is bound for it."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + seconds
         attempts = 0
@@ -350,15 +350,13 @@ class Publisher:
                 async with asyncio.timeout(max(0.0, deadline - loop.time())):
                     await send()
                 return
-            except PublishInterrupted as exc:
-                last: str = str(exc)
+            except (PublishInterrupted, PublishNacked) as exc:
+                last: PublishError = exc
             except TimeoutError:
-                last = "no confirm from the broker in time; it may or may not have been stored"
+                last = PublishInterrupted("no confirm in time; it may or may not have been stored")
             if loop.time() + wait >= deadline:
-                raise PublishInterrupted(
-                    f"not confirmed within retry_for={seconds:g}s ({attempts} attempt(s)); "
-                    f"last: {last}"
-                )
+                gave_up = f"not confirmed within retry_for={seconds:g}s ({attempts} attempt(s))"
+                raise type(last)(f"{gave_up}; last: {last}")
             await asyncio.sleep(wait)
 
     async def publish_many(

@@ -233,3 +233,36 @@ async def test_decimal_datetime_uuid_and_enum_fields_round_trip_exactly_to_the_h
     assert type(got.account) is uuid.UUID and got.account == sent.account
     assert got.currency is Currency.EUR
     assert got.priority is Priority.HIGH
+
+
+async def test_a_nacked_publish_is_sent_again_within_retry_for(make_app, connection):
+    # Issue 33, item 9: a nack means the broker did not store the message (a quorum
+    # queue without a leader during a partition); with retry_for it is sent again, with
+    # the same message_id, until it is confirmed. Here a second queue bound to the same
+    # type is full and rejects publishes, so every publish is nacked until it is emptied.
+    from rabbitq import PublishNacked
+
+    app = make_app()
+    app.handler(Note)(lambda m: None)
+    await declare_topology(connection, app)
+    channel = await connection.channel()
+    full = await channel.declare_queue(
+        f"{app.queue}.full", arguments={"x-max-length": 1, "x-overflow": "reject-publish"}
+    )
+    await full.bind(app.exchange, Note.type_name())
+    async with app.publisher() as pub:
+        await pub.publish(Note(n=0))  # fills the side queue
+        with pytest.raises(PublishNacked):  # without retry_for: at once
+            await pub.publish(Note(n=1))
+    async with app.publisher(retry_for=30) as pub:
+        sending = asyncio.create_task(pub.publish(Note(n=2)))
+        await asyncio.sleep(1.0)  # nacked, and sent again, meanwhile
+        assert not sending.done()
+        await full.purge()
+        message_id = await asyncio.wait_for(sending, timeout=20)
+    copies = [m for m in await drain_queue(connection, app.queue) if b'"n":2' in m.body]
+    assert copies and {m.message_id for m in copies} == {message_id}  # same id each time
+    async with app.publisher(retry_for=1.5) as pub:
+        with pytest.raises(PublishNacked, match=r"not confirmed within retry_for=1.5s"):
+            await pub.publish(Note(n=3))  # the side queue is full again: gives up, says so
+    await full.delete(if_empty=False)
