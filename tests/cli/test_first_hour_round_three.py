@@ -141,3 +141,20 @@ def test_the_outbox_relay_says_that_it_stops_on_sigterm(tmp_path):
                 "SELECT tablename FROM pg_tables WHERE tablename LIKE %s", (prefix + "%",)
             ).fetchall():
                 conn.execute(f'DROP TABLE "{name}"')
+
+
+async def test_the_coming_from_celery_page_s_service_handles_its_message():
+    import re
+
+    from rabbitq.testing import deliver
+
+    page = (ROOT / "docs" / "coming-from-celery.md").read_text()
+    (celery, ours) = re.findall(r"```python\n(.*?)```", page, re.S)
+    assert "send_email.delay" in celery
+    namespace: dict[str, object] = {}
+    exec(compile(ours, "coming-from-celery.md", "exec"), namespace)
+    message = namespace["SendEmail"](to="a@example.com", subject="hi", body="...")  # type: ignore[operator]
+    result = await deliver(namespace["app"], message)  # type: ignore[arg-type]
+    assert result.outcome == "ack"
+    assert "rabbitq purge" in page and "--reload" in page and "--wait-for-broker" in page
+    assert "a synchronous publisher is planned" in page
