@@ -18,7 +18,8 @@ import orjson
 
 from ..errors import ConfigurationError, missing
 from ..loader import load_app
-from .common import F, friendly_errors, url_option
+from ..settings import TLS
+from .common import F, friendly_errors, tls_options, url_option
 
 if TYPE_CHECKING:
     from ..effects.outbox import Outbox
@@ -119,6 +120,7 @@ def render(rows: list[PendingRow], now: datetime) -> list[str]:
 @click.option("--limit", type=click.IntRange(0), default=100, show_default=True, help="0: all.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object per line.")
 @url_option
+@tls_options
 @friendly_errors
 def list_rows(
     app_spec: str,
@@ -128,6 +130,7 @@ def list_rows(
     limit: int,
     as_json: bool,
     url: str | None,
+    tls: TLS | None,
 ) -> None:
     """List the outbox's pending rows, oldest first: id, type, key, tries, age, when the
     relay tries it next, and its last error (a failing row waits in its own backoff and
@@ -171,6 +174,7 @@ def list_rows(
 @_selection_options
 @click.option("--all", "everything", is_flag=True, help="Every pending row.")
 @url_option
+@tls_options
 @friendly_errors
 def retry_rows(
     app_spec: str,
@@ -179,6 +183,7 @@ def retry_rows(
     failing: bool,
     everything: bool,
     url: str | None,
+    tls: TLS | None,
 ) -> None:
     """End the backoff of pending rows: the running relay tries them at once (after you
     bound a queue to their type, say). Their order per key is kept.
@@ -200,6 +205,7 @@ def retry_rows(
 @click.option("--all", "everything", is_flag=True, help="Every pending row.")
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
 @url_option
+@tls_options
 @friendly_errors
 def discard_rows(
     app_spec: str,
@@ -209,6 +215,7 @@ def discard_rows(
     everything: bool,
     yes: bool,
     url: str | None,
+    tls: TLS | None,
 ) -> None:
     """Delete pending rows that must never be sent; the later rows of their keys then go.
     Each deleted row is printed (id, type, message_id). Rows already sent are kept.
