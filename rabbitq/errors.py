@@ -208,6 +208,7 @@ EXTRAS: dict[str, str] = {
     "multipart": "console",
     "python_multipart": "console",
     "uvloop": "uvloop",
+    "watchfiles": "reload",
 }
 """Top-level module name -> the extra that installs it."""
 

@@ -19,6 +19,7 @@ from . import (
     effects,
     outbox_rows,
     publish,
+    purge,
     queues,
     schedule,
     status,
@@ -47,6 +48,7 @@ main.add_command(worker.worker)
 main.add_command(publish.publish)
 main.add_command(queues.topology)
 main.add_command(queues.stats)
+main.add_command(purge.purge)
 main.add_command(demo.demo)
 main.add_command(dlq.dlq)
 main.add_command(effects.effects)

@@ -6,6 +6,7 @@ Thin, as every command: load the app, find its stores and outbox, call the libra
 from __future__ import annotations
 
 import asyncio
+import logging
 import signal
 from typing import Any
 
@@ -19,6 +20,8 @@ from ..errors import ConfigurationError, missing
 from ..loader import load_app
 from ..settings import TLS, redact_url, url_password
 from .common import friendly_errors, tls_options, url_option
+
+log = logging.getLogger("rabbitq.outbox")
 
 
 def stores_of(app: App) -> list[Any]:
@@ -136,10 +139,15 @@ def relay(
         start_http_server(metrics_port, metrics_bind, registry=metrics.registry)
     runner = Relay(app.outbox, url=url, tls=tls, observer=metrics)
 
+    def stopping(sig: signal.Signals) -> None:
+        log.info("%s received: the outbox relay stops after the current batch", sig.name)
+        runner.stop()
+
     async def run() -> None:
         running = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
-            running.add_signal_handler(sig, runner.stop)
+            running.add_signal_handler(sig, stopping, sig)
         await runner.run()
+        log.info("outbox relay stopped")
 
     loop.run(run())

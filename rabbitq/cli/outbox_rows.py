@@ -6,17 +6,20 @@ Thin: load the app, find its outbox, call :mod:`rabbitq.effects.pending`, print.
 from __future__ import annotations
 
 import asyncio
+import importlib
 import sys
 from collections.abc import Callable, Coroutine
 from datetime import UTC, datetime
+from types import ModuleType
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 import orjson
 
-from ..errors import ConfigurationError
+from ..errors import ConfigurationError, missing
 from ..loader import load_app
-from .common import F, friendly_errors
+from ..settings import TLS
+from .common import F, friendly_errors, tls_options, url_option
 
 if TYPE_CHECKING:
     from ..effects.outbox import Outbox
@@ -36,16 +39,21 @@ def _selection_options(fn: F) -> F:
     return fn
 
 
-def _selection(
-    ids: tuple[int, ...], type_: str | None, failing: bool, everything: bool
-) -> Selection:
+def _pending(command: str) -> ModuleType:
+    """:mod:`rabbitq.effects.pending`, or one line that names the missing extra."""
     try:
-        from ..effects.pending import Selection
+        return importlib.import_module("rabbitq.effects.pending")
     except ImportError as exc:
-        raise click.ClickException(
-            f"the outbox commands need the postgres extra: pip install 'rabbitq[postgres]' ({exc})"
-        ) from None
-    return Selection(ids=ids, type=type_, failing=failing, everything=everything)
+        raise click.ClickException(missing(f"rabbitq outbox {command}", exc)) from None
+
+
+def _selection(
+    pending: ModuleType, ids: tuple[int, ...], type_: str | None, failing: bool, everything: bool
+) -> Selection:
+    selection: Selection = pending.Selection(
+        ids=ids, type=type_, failing=failing, everything=everything
+    )
+    return selection
 
 
 def _with_outbox(app_spec: str, action: Callable[[Outbox], Coroutine[Any, Any, T]]) -> T:
@@ -111,9 +119,18 @@ def render(rows: list[PendingRow], now: datetime) -> list[str]:
 @_selection_options
 @click.option("--limit", type=click.IntRange(0), default=100, show_default=True, help="0: all.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object per line.")
+@url_option
+@tls_options
 @friendly_errors
 def list_rows(
-    app_spec: str, ids: tuple[int, ...], type_: str | None, failing: bool, limit: int, as_json: bool
+    app_spec: str,
+    ids: tuple[int, ...],
+    type_: str | None,
+    failing: bool,
+    limit: int,
+    as_json: bool,
+    url: str | None,
+    tls: TLS | None,
 ) -> None:
     """List the outbox's pending rows, oldest first: id, type, key, tries, age, when the
     relay tries it next, and its last error (a failing row waits in its own backoff and
@@ -124,10 +141,9 @@ def list_rows(
       rabbitq outbox list myservice:app --failing
       rabbitq outbox list myservice:app --type payment.captured --json
     """
-    from ..effects.pending import list_pending
-
-    selection = _selection(ids, type_, failing, everything=True)
-    rows = _with_outbox(app_spec, lambda o: list_pending(o, selection, limit=limit))
+    pending = _pending("list")
+    selection = _selection(pending, ids, type_, failing, everything=True)
+    rows = _with_outbox(app_spec, lambda o: pending.list_pending(o, selection, limit=limit))
     now = datetime.now(UTC)
     if as_json:
         for r in rows:
@@ -157,9 +173,17 @@ def list_rows(
 @click.argument("app_spec", metavar="MODULE:APP")
 @_selection_options
 @click.option("--all", "everything", is_flag=True, help="Every pending row.")
+@url_option
+@tls_options
 @friendly_errors
 def retry_rows(
-    app_spec: str, ids: tuple[int, ...], type_: str | None, failing: bool, everything: bool
+    app_spec: str,
+    ids: tuple[int, ...],
+    type_: str | None,
+    failing: bool,
+    everything: bool,
+    url: str | None,
+    tls: TLS | None,
 ) -> None:
     """End the backoff of pending rows: the running relay tries them at once (after you
     bound a queue to their type, say). Their order per key is kept.
@@ -169,10 +193,9 @@ def retry_rows(
       rabbitq outbox retry myservice:app --failing
       rabbitq outbox retry myservice:app --id 1041 --id 1042
     """
-    from ..effects.pending import retry
-
-    selection = _selection(ids, type_, failing, everything)
-    count = _with_outbox(app_spec, lambda o: retry(o, selection))
+    pending = _pending("retry")
+    selection = _selection(pending, ids, type_, failing, everything)
+    count = _with_outbox(app_spec, lambda o: pending.retry(o, selection))
     click.echo(f"{count} row(s) will be tried at once by the relay")
 
 
@@ -181,6 +204,8 @@ def retry_rows(
 @_selection_options
 @click.option("--all", "everything", is_flag=True, help="Every pending row.")
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+@url_option
+@tls_options
 @friendly_errors
 def discard_rows(
     app_spec: str,
@@ -189,6 +214,8 @@ def discard_rows(
     failing: bool,
     everything: bool,
     yes: bool,
+    url: str | None,
+    tls: TLS | None,
 ) -> None:
     """Delete pending rows that must never be sent; the later rows of their keys then go.
     Each deleted row is printed (id, type, message_id). Rows already sent are kept.
@@ -198,9 +225,8 @@ def discard_rows(
       rabbitq outbox discard myservice:app --type legacy.event --yes
       rabbitq outbox discard myservice:app --id 1041
     """
-    from ..effects.pending import discard
-
-    selection = _selection(ids, type_, failing, everything)
+    pending = _pending("discard")
+    selection = _selection(pending, ids, type_, failing, everything)
     selection.check_acting("discard")
     if not yes:
         if not sys.stdin.isatty():
@@ -208,7 +234,7 @@ def discard_rows(
                 "refusing to discard rows without --yes when not on a terminal"
             )
         click.confirm("Delete the selected pending rows for good?", abort=True)
-    gone = _with_outbox(app_spec, lambda o: discard(o, selection))
+    gone = _with_outbox(app_spec, lambda o: pending.discard(o, selection))
     for row_id, type_name, message_id in gone:
         click.echo(f"discarded row {row_id} ({type_name}) message_id {message_id}")
     click.echo(f"{len(gone)} row(s) discarded")

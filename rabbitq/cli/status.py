@@ -12,9 +12,10 @@ from ..app import App
 from ..dlq.text import escape
 from ..errors import ConfigurationError, RabbitqError
 from ..loader import load_app
+from ..settings import TLS
 from ..status.group import GroupStatus, group_lines
 from ..status.model import MessageStatus, history_lines
-from .common import friendly_errors, json_option
+from .common import friendly_errors, json_option, tls_options, url_option
 
 
 async def _read(app: App, message_id: str) -> MessageStatus | GroupStatus | None:
@@ -29,8 +30,12 @@ async def _read(app: App, message_id: str) -> MessageStatus | GroupStatus | None
 @click.argument("app_spec", metavar="MODULE:APP")
 @click.argument("message_id", metavar="MESSAGE_ID|GROUP_ID")
 @json_option
+@url_option
+@tls_options
 @friendly_errors
-def status(app_spec: str, message_id: str, as_json: bool) -> None:
+def status(
+    app_spec: str, message_id: str, as_json: bool, url: str | None, tls: TLS | None
+) -> None:
     """Show what happened to a message: its state, attempts and history, from the
     app's status store (App(status=...)). Given a workflow's group id: its members
     by state, its callback's state, and the members that have not succeeded first.

@@ -3,15 +3,19 @@ run it, in this process or under the supervisor of ``--processes N``."""
 
 from __future__ import annotations
 
+import asyncio
 import sys
+from pathlib import Path
 
 import click
 
 from .._ops import logs
+from .._ops.broker_wait import wait_for_broker
 from .._ops.endpoints import DEFAULT_BIND
 from .._ops.run import WorkerSpec, run
 from .._ops.supervisor import Supervisor
 from .._worker.lifecycle import DEFAULT_GRACE_PERIOD
+from ..errors import missing
 from ..loader import load_app
 from ..settings import CONSUMER_TIMEOUT_ENV, TLS, url_password
 from .common import friendly_errors, tls_options, url_option
@@ -69,6 +73,26 @@ from .common import friendly_errors, tls_options, url_option
     is_flag=True,
     help="Do not run the app's schedules here (run them with rabbitq scheduler).",
 )
+@click.option(
+    "--reload",
+    is_flag=True,
+    help="Development: restart the worker (drained) when a .py file under the app's "
+    "directory (or --reload-dir) changes. Needs the reload extra.",
+)
+@click.option(
+    "--reload-dir",
+    "reload_dirs",
+    multiple=True,
+    type=click.Path(exists=True, file_okay=False),
+    help="Watch this directory instead of the app's (repeatable).",
+)
+@click.option(
+    "--wait-for-broker",
+    type=click.FloatRange(min=0),
+    metavar="SECONDS",
+    help="Retry the first connection for up to SECONDS instead of exiting at once "
+    "(a compose file without a restart policy) [default: do not wait].",
+)
 @url_option
 @tls_options
 @friendly_errors
@@ -83,6 +107,9 @@ def worker(
     log_level: str,
     consumer_timeout: float | None,
     no_schedules: bool,
+    reload: bool,
+    reload_dirs: tuple[str, ...],
+    wait_for_broker: float | None,
     url: str | None,
     tls: TLS | None,
 ) -> None:
@@ -110,6 +137,10 @@ def worker(
         metrics_bind=metrics_bind,
         schedules=not no_schedules,
     )
+    if reload and processes > 1:
+        raise click.UsageError("--reload runs one worker process: drop --processes")
+    if reload or wait_for_broker is not None:  # development and compose conveniences
+        _before_start(spec, wait_for_broker, reload, reload_dirs)
     if processes == 1:
         run(spec)  # on uvloop if it is installed
         return
@@ -118,3 +149,23 @@ def worker(
         level=log_level, json=log_json, secrets=[url_password(app.resolved_url(url)) or ""]
     )
     sys.exit(Supervisor(spec, processes=processes).run())
+
+
+def _before_start(
+    spec: WorkerSpec, wait: float | None, reload: bool, reload_dirs: tuple[str, ...]
+) -> None:
+    """``--wait-for-broker``: wait for the broker; ``--reload``: run the worker under the
+    reloader until a signal, then exit (rabbitq._ops.broker_wait, rabbitq._ops.reload)."""
+    app = load_app(spec.app_spec)
+    url = app.resolved_url(spec.url)
+    logs.configure(level=spec.log_level, json=spec.log_json, secrets=[url_password(url) or ""])
+    if wait is not None:
+        asyncio.run(wait_for_broker(url, seconds=wait, tls=spec.tls or app.tls))
+    if not reload:
+        return
+    try:
+        from .._ops import reload as reloading
+    except ImportError as exc:
+        raise click.ClickException(missing("rabbitq worker --reload", exc)) from None
+    dirs = [Path(d).resolve() for d in reload_dirs] or [reloading.app_directory(spec.app_spec)]
+    sys.exit(reloading.Reloader(spec, dirs).run())

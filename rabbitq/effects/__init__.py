@@ -50,6 +50,7 @@ def __getattr__(name: str) -> Any:
         module = importlib.import_module(module_name, __name__)
     except ImportError as exc:
         raise ImportError(
-            f"rabbitq.effects.{name} needs the {extra!r} extra: pip install 'rabbitq[{extra}]'"
+            f"rabbitq.effects.{name} needs the {extra!r} extra: pip install 'rabbitq[{extra}]'",
+            name=exc.name,
         ) from exc
     return getattr(module, name)

@@ -17,7 +17,13 @@ __all__ = ["OpenTelemetry", "TraceIds", "Tracing"]
 def __getattr__(name: str) -> object:
     # OpenTelemetry is imported only when asked for: the extra may not be installed.
     if name == "OpenTelemetry":
-        from .otel import OpenTelemetry
-
+        try:
+            from .otel import OpenTelemetry
+        except ImportError as exc:  # one line that says which extra, as rabbitq.effects
+            raise ImportError(
+                "rabbitq.tracing.OpenTelemetry needs the 'otel' extra: "
+                f"pip install 'rabbitq[otel]' ({exc.name or exc} missing)",
+                name=exc.name,
+            ) from exc
         return OpenTelemetry
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

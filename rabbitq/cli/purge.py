@@ -1,0 +1,89 @@
+"""``rabbitq purge MODULE:APP``: delete the ready messages of an app's main queue (as
+``celery purge`` does); its retry queues and its DLQ are left as they are."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+
+import click
+from aio_pika.abc import AbstractConnection
+
+from .._amqp.connection import connect_once
+from .._amqp.topology import QueueDepth, queue_depths
+from ..errors import ConfigurationError
+from ..loader import load_app
+from ..settings import TLS
+from .common import friendly_errors, tls_options, url_option
+
+
+async def _depths(connection: AbstractConnection, names: list[str]) -> list[QueueDepth]:
+    depths = await queue_depths(connection, [(name, "main") for name in names])
+    missing = [d.name for d in depths if not d.exists]
+    if missing:
+        raise ConfigurationError(
+            f"queue {missing[0]!r} does not exist: nothing to purge "
+            "(rabbitq worker or rabbitq topology declares it)"
+        )
+    return depths
+
+
+async def _purge(connection: AbstractConnection, names: list[str]) -> list[tuple[str, int]]:
+    """Purge each queue; ``(name, messages purged)``."""
+    channel = await connection.channel(publisher_confirms=False)
+    try:
+        purged = []
+        for name in names:
+            queue = await channel.get_queue(name, ensure=True)
+            ok = await queue.purge()
+            purged.append((name, ok.message_count or 0))
+        return purged
+    finally:
+        await channel.close()
+
+
+@click.command("purge")
+@click.argument("app_spec", metavar="MODULE:APP")
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+@click.option("--dry-run", is_flag=True, help="Only print how many messages would be purged.")
+@url_option
+@tls_options
+@friendly_errors
+def purge(app_spec: str, yes: bool, dry_run: bool, url: str | None, tls: TLS | None) -> None:
+    """Delete every message waiting in the app's main queue (with partitions: in each
+    partition's), after asking; print how many went. Messages a worker is handling
+    now, the retry queues and the DLQ are left (rabbitq dlq purge empties a DLQ).
+    Off a terminal it needs --yes.
+
+    \b
+    Examples:
+      rabbitq purge myservice:app --dry-run
+      rabbitq purge myservice:app --yes
+    """
+    app = load_app(app_spec)
+    names = [name for name, kind in app.topology().depth_specs() if kind == "main"]
+    if not yes and not dry_run and not sys.stdin.isatty():
+        raise click.UsageError("refusing to purge without --yes when not on a terminal")
+    broker, tls = app.resolved_url(url), tls or app.tls
+
+    async def run() -> list[tuple[str, int]]:
+        connection = await connect_once(broker, name="rabbitq purge", tls=tls)
+        try:
+            depths = await _depths(connection, names)
+            if dry_run:
+                return [(d.name, d.messages) for d in depths]
+            if not yes:
+                total = sum(d.messages for d in depths)
+                where = ", ".join(names)
+                question = f"Delete the {total} message(s) waiting in {where} for good?"
+                if not await asyncio.to_thread(click.confirm, question):
+                    raise click.Abort
+            return await _purge(connection, names)
+        finally:
+            await connection.close()
+
+    for name, count in asyncio.run(run()):
+        if dry_run:
+            click.echo(f"{name}: {count} message(s) would be purged (dry run: nothing deleted)")
+        else:
+            click.echo(f"{name}: {count} message(s) purged")
