@@ -1,6 +1,8 @@
 """Storing a failed delivery's copy (:mod:`rabbitq._amqp.copy` says what it carries and
 where it goes) until the broker has it, or handing it back (:class:`CopyStore`), and
-the log line and hook once it is stored (:func:`report_copied`).
+the log line and hook once it is stored (:func:`report_copied`): a failed attempt's line
+carries its traceback on the message's first attempt, and on every attempt at DEBUG
+(formatted by logging only if the line is written).
 
 A copy must be confirmed before its original is acked. What the worker does when the
 broker does not take it decides whether a message is lost, loops or waits (issue 11):
@@ -40,7 +42,7 @@ from pamqp.commands import Basic
 
 from .._amqp.confirm import send_confirmed
 from .._amqp.topology import Topology
-from ..errors import PublishInterrupted, PublishNacked, Unroutable
+from ..errors import PublishInterrupted, PublishNacked, RetryLater, Unroutable
 from ..hooks import UNKNOWN, UNROUTABLE_COPY, Hooks
 from ..outcome import DeadLetter, Outcome, Retry, delay_label
 from .consumer import COPIES_HELD, Pausable
@@ -178,6 +180,7 @@ def report_copied(
             if decision.ladder
             else decision.label,
             outcome.error,
+            exc_info=_shown_failure(outcome),
         )
         hooks.retried(queue, outcome.type_name, decision.label, outcome.duration)
     else:
@@ -189,8 +192,19 @@ def report_copied(
             target,
             decision.reason,
             outcome.error,
+            exc_info=_shown_failure(outcome),
         )
         hooks.dead_lettered(queue, outcome.type_name, decision.reason, outcome.duration)
+
+
+def _shown_failure(outcome: Outcome) -> BaseException | None:
+    """The exception whose traceback a line shows: a failed attempt's on the message's
+    first attempt (once per message) and on every attempt when debugging; None for a
+    RetryLater (not a failure) and otherwise, so that nothing is formatted."""
+    failure = outcome.failure
+    if failure is None or isinstance(failure, RetryLater):
+        return None
+    return failure if outcome.attempt == 1 or log.isEnabledFor(logging.DEBUG) else None
 
 
 def _shown_type(outcome: Outcome, delivery: Incoming, queue: str) -> str:
