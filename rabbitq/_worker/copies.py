@@ -167,7 +167,7 @@ def report_copied(
     decision = outcome.decision
     if isinstance(decision, Retry):
         log.info(
-            "message %s (%s) %s attempt %d, retrying in %s: %s",
+            "message %s (%s) %s attempt %d%s, retrying in %s: %s",
             delivery.message_id or "-",
             outcome.type_name,
             "deferred (key busy elsewhere)"
@@ -176,6 +176,7 @@ def report_copied(
             if decision.deferred
             else "failed",
             outcome.attempt,
+            _took(outcome),
             f"{delay_label(decision.delay_ms)} (delay ladder)"
             if decision.ladder
             else decision.label,
@@ -186,15 +187,22 @@ def report_copied(
     else:
         assert isinstance(decision, DeadLetter)
         log.warning(
-            "message %s (%s) dead-lettered to %s (%s): %s",
+            "message %s (%s) dead-lettered to %s (%s%s): %s",
             delivery.message_id or "-",
             _shown_type(outcome, delivery, queue),
             target,
             decision.reason,
+            f": attempt {outcome.attempt} failed{_took(outcome)}" if outcome.failure else "",
             outcome.error,
             exc_info=_shown_failure(outcome),
         )
         hooks.dead_lettered(queue, outcome.type_name, decision.reason, outcome.duration)
+
+
+def _took(outcome: Outcome) -> str:
+    """``" after 0.012s"``: how long a failed attempt ran (nothing for a line whose
+    handler did not run: a bad payload, a middleware's answer)."""
+    return "" if outcome.failure is None else f" after {outcome.duration:.3f}s"
 
 
 def _shown_failure(outcome: Outcome) -> BaseException | None:
