@@ -188,8 +188,10 @@ def failed(
     policy: RetryPolicy, type_name: str, attempt: int, failure: Exception, duration: float = 0.0
 ) -> Outcome:
     """The outcome of an ``attempt`` that raised ``failure``: retried or dead-lettered
-    as ``policy`` says (pure). Only a dead letter carries the traceback: formatting one
-    costs more than the rest of a retry (it reads the source lines of every frame)."""
+    as ``policy`` says (pure). Only a dead letter carries the formatted traceback:
+    formatting one costs more than the rest of a retry (it reads the source lines of
+    every frame); the exception itself rides along (``failure``), for the log line to
+    format where it shows one."""
     decision = after_exception(policy, attempt, failure)
     return Outcome(
         decision,
@@ -198,6 +200,7 @@ def failed(
         duration,
         error=h.format_error(failure),
         traceback=h.format_traceback(failure) if isinstance(decision, DeadLetter) else None,
+        failure=failure,
     )
 
 

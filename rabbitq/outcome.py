@@ -9,7 +9,7 @@ instead of running the rest of the stage list.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 _UNITS = (("h", 3_600_000), ("m", 60_000), ("s", 1_000))
 
@@ -88,6 +88,9 @@ class Outcome:
     duration: float = 0.0
     error: str | None = None
     traceback: str | None = None  # formatted for dead letters only
+    # The exception of a failed attempt, formatted only where it is logged (the worker's
+    # log: rabbitq._worker.copies); not part of an outcome's identity.
+    failure: BaseException | None = field(default=None, compare=False, repr=False)
     duplicate: bool = False  # its key was handled before: acked, the handler not run
     busy: bool = False  # its key is in progress elsewhere: a retry copy, no attempt used
 

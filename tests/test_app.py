@@ -358,7 +358,9 @@ def test_load_app_of_something_that_is_not_an_app_says_what_it_is(write_module):
 def test_load_app_of_a_module_that_raises_on_import_reports_the_error(write_module):
     write_module("rq_unit_app_raises", "raise RuntimeError('no config file')\n")
     with pytest.raises(
-        AppLoadError, match="importing 'rq_unit_app_raises' failed: RuntimeError: no config file"
+        AppLoadError,
+        match="importing 'rq_unit_app_raises' failed at rq_unit_app_raises.py:1: RuntimeError: "
+        "no config file",
     ) as info:
         load_app("rq_unit_app_raises:app")
     assert isinstance(info.value.__cause__, RuntimeError)
@@ -366,7 +368,11 @@ def test_load_app_of_a_module_that_raises_on_import_reports_the_error(write_modu
 
 def test_load_app_of_a_module_with_a_syntax_error_reports_it(write_module):
     write_module("rq_unit_app_syntax", "def broken(:\n")
-    with pytest.raises(AppLoadError, match="importing 'rq_unit_app_syntax' failed: SyntaxError"):
+    with pytest.raises(
+        AppLoadError,
+        match="importing 'rq_unit_app_syntax' failed at rq_unit_app_syntax.py:1: "
+        "SyntaxError: invalid syntax",
+    ):
         load_app("rq_unit_app_syntax:app")
 
 
@@ -376,7 +382,8 @@ def test_a_missing_dependency_of_the_module_is_not_mistaken_for_the_module(write
     with pytest.raises(AppLoadError) as info:
         load_app("rq_unit_app_dep_service:app")
     assert str(info.value) == (
-        "importing 'rq_unit_app_dep_service' failed: No module named 'rq_unit_app_dep'"
+        "importing 'rq_unit_app_dep_service' failed at rq_unit_app_dep_service.py:1: "
+        "No module named 'rq_unit_app_dep' (RABBITQ_TRACEBACK=1 prints the traceback)"
     )
 
 

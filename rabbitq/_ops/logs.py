@@ -1,5 +1,8 @@
 """Log set-up for the CLI: readable lines by default, one JSON object per line with
-``--log-json``; either way a secret (the broker password) is replaced by ``***``."""
+``--log-json``; either way a secret (the broker password) is replaced by ``***``, in
+a line's traceback too. ``--log-level`` sets rabbitq's level and the app's own; the
+AMQP client libraries (:data:`LIBRARIES`) have their own (``--log-level-libraries``),
+so that rabbitq's debug lines are not lost among theirs."""
 
 from __future__ import annotations
 
@@ -27,7 +30,7 @@ class JsonFormatter(logging.Formatter):
             if value := getattr(record, key, ""):
                 entry[key] = value
         if record.exc_info:
-            entry["exc_info"] = self.formatException(record.exc_info)
+            entry["exc_info"] = record.exc_text or self.formatException(record.exc_info)
         return orjson.dumps(entry).decode()
 
 
@@ -44,11 +47,30 @@ class Redact(logging.Filter):
             for secret in self.secrets:
                 text = scrub(text, secret)
             record.msg, record.args = text, None
+            if record.exc_info and not record.exc_text:  # what formatters print
+                trace = logging.Formatter().formatException(record.exc_info)
+                for secret in self.secrets:
+                    trace = scrub(trace, secret)
+                record.exc_text = trace
         return True
 
 
-def configure(*, level: str = "INFO", json: bool = False, secrets: list[str] | None = None) -> None:
-    """Send rabbitq's (and aio-pika's) logs to stderr in the chosen format."""
+LIBRARIES = ("aio_pika", "aiormq", "pamqp")
+"""The loggers of the AMQP client libraries, set apart by ``--log-level-libraries``."""
+OFF = "off"
+"""Their default level: they log every failed (re)connect attempt with a traceback, and
+rabbitq says it once, in words."""
+
+
+def configure(
+    *,
+    level: str = "INFO",
+    json: bool = False,
+    secrets: list[str] | None = None,
+    libraries: str = OFF,
+) -> None:
+    """Send rabbitq's (and the app's) logs at ``level`` to stderr in the chosen format;
+    the AMQP client libraries' at ``libraries`` (``off``: their CRITICAL lines only)."""
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(
         JsonFormatter()
@@ -63,8 +85,6 @@ def configure(*, level: str = "INFO", json: bool = False, secrets: list[str] | N
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
-    # aio-pika and aiormq log every failed (re)connect attempt with a traceback;
-    # rabbitq says it once, in words, so theirs are shown only when debugging.
-    quiet = root.level if root.level <= logging.DEBUG else logging.CRITICAL
-    logging.getLogger("aio_pika").setLevel(quiet)
-    logging.getLogger("aiormq").setLevel(quiet)
+    quiet = logging.CRITICAL if libraries.lower() == OFF else libraries.upper()
+    for name in LIBRARIES:
+        logging.getLogger(name).setLevel(quiet)

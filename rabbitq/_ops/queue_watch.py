@@ -24,9 +24,10 @@ the worker declared its queues again:
   (docs/delays.md, "Restarts"): delayed messages late by one or more cycles.
 
 Without the management API (not enabled, not reachable, ``$RABBITQ_MANAGEMENT_URL=off``)
-this is said once at INFO and the gauges stay absent: over AMQP rabbitq knows only that
-the DLQ's own arguments are the ones it declares (a declare with others fails at start),
-and those drop nothing. ``rabbitq doctor`` checks the same where the API answers.
+this is said once in one short line with the fix (INFO; DEBUG when turned off) and the
+gauges stay absent: over AMQP rabbitq knows only that the DLQ's own arguments are the
+ones it declares (a declare with others fails at start), and those drop nothing.
+``rabbitq doctor`` checks the same where the API answers.
 """
 
 from __future__ import annotations
@@ -171,16 +172,14 @@ class QueueWatch:
         """One look: the DLQ's drop risks and the dead letters each other queue holds;
         None if the management API could not tell."""
         if self.management is None:
-            self._unknown("$RABBITQ_MANAGEMENT_URL is off")
+            self._unknown(None)
             return None
         try:
             dlq = await self._get(self.dlq)
             held = {name: held_by_broker(await self._get(name)) for name in self.targets}
             held |= await self._ladder_held()
         except (OSError, ValueError, urllib.error.URLError) as exc:
-            why = scrub(str(getattr(exc, "reason", None) or exc), self.management.password)
-            self._unknown(f"the management API at {redact_url(self.management.base)} did not "
-                          f"answer ({why})")  # fmt: skip
+            self._unknown(exc)
             return None
         risks = drop_risks(
             dlq.get("arguments"),
@@ -190,16 +189,24 @@ class QueueWatch:
         )
         return risks, held
 
-    def _unknown(self, why: str) -> None:
-        if not self._said_unknown:
-            log.info(
-                "%s was not checked for settings that drop dead letters, nor the app's "
-                "queues for dead letters the broker holds: %s (over AMQP only the DLQ's "
-                "arguments are known, and rabbitq's drop nothing)",
-                self.dlq,
-                why,
-            )
-            self._said_unknown = True
+    def _unknown(self, exc: Exception | None) -> None:
+        """Once, one short line: what is missing and the fix (INFO; DEBUG when turned
+        off). Over AMQP only the DLQ's arguments are known, and rabbitq's drop nothing."""
+        if self._said_unknown:
+            return
+        self._said_unknown = True
+        if self.management is None:
+            log.debug("DLQ policies not checked: RABBITQ_MANAGEMENT_URL=off")
+            return
+        where = redact_url(self.management.base)
+        if isinstance(exc, urllib.error.HTTPError):
+            text = f"the management API at {where} answered HTTP {exc.code}; give the user "
+            text += "the management tag"
+        else:
+            reason = getattr(exc, "reason", None) or exc
+            why = reason.strerror if isinstance(reason, OSError) and reason.strerror else reason
+            text = f"no management API at {where} ({why}); enable rabbitmq_management"
+        log.info("DLQ policies not checked: %s", scrub(text, self.management.password))
 
     async def round(self) -> None:
         """Check once; log what changed; report to the metrics."""

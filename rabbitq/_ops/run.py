@@ -25,7 +25,7 @@ from .._worker.handler_pool import THREAD_PREFIX as HANDLER_THREAD_PREFIX
 from .._worker.lifecycle import DEFAULT_GRACE_PERIOD, Worker
 from .._worker.partitioned import AnyWorker, PartitionedWorker, homes
 from ..app import App
-from ..hooks import Hooks
+from ..hooks import Hooks, combine
 from ..loader import load_app
 from ..schedule.metrics import ScheduleMetrics
 from ..schedule.runner import Scheduler, beside
@@ -36,6 +36,7 @@ from .endpoints import DEFAULT_BIND, serve_metrics
 from .metrics import Metrics
 from .sampler import DEFAULT_SAMPLE_INTERVAL, sample_queues
 from .status import REPORT_INTERVAL, state_code
+from .summary import Summary
 
 log = logging.getLogger("rabbitq.worker")
 
@@ -56,6 +57,7 @@ class WorkerSpec:
     grace_period: float = DEFAULT_GRACE_PERIOD
     log_level: str = "INFO"
     log_json: bool = False
+    log_libraries: str = logs.OFF  # the AMQP client libraries' level (logs.LIBRARIES)
     tls: TLS | None = None
     consumer_timeout: float | None = None
     metrics_port: int | None = None
@@ -81,15 +83,22 @@ class Child:
         self.status[2 * self.index + 1] = float(code)
 
 
-def build(spec: WorkerSpec, *, metrics: Metrics | None, child: Child | None = None) -> AnyWorker:
-    """The worker ``spec`` describes, reporting to ``metrics`` (if any)."""
+def build(
+    spec: WorkerSpec,
+    *,
+    metrics: Metrics | None,
+    child: Child | None = None,
+    summary: Summary | None = None,
+) -> AnyWorker:
+    """The worker ``spec`` describes, reporting to ``summary`` and ``metrics`` (if any)."""
     app = load_app(spec.app_spec)
     if metrics is not None and app.status_writer is not None:  # App(status=...)
         app.status_writer.observers.append(StatusMetrics(metrics.registry))
     home = None
     if child is not None and app.partitions:  # process i of K: its share of partitions
         home = homes(app.partitions, child.index, len(child.status) // 2)
-    return worker_for(app, spec, hooks=metrics, home=home)
+    hooks: list[Hooks] = [h for h in (metrics, summary) if h is not None]
+    return worker_for(app, spec, hooks=combine(hooks) if hooks else None, home=home)
 
 
 def worker_for(
@@ -123,9 +132,13 @@ def run(spec: WorkerSpec, *, child: Child | None = None) -> None:
     """Build the worker, run it until SIGTERM/SIGINT (drained), then apply the exit
     policy. Raises what the worker raises (a bad URL, a changed queue argument)."""
     metrics = Metrics() if spec.metrics_port is not None or child is not None else None
-    worker = build(spec, metrics=metrics, child=child)
+    summary = Summary()  # the INFO line every minute: handled N, retried M, ...
+    worker = build(spec, metrics=metrics, child=child, summary=summary)
     logs.configure(
-        level=spec.log_level, json=spec.log_json, secrets=[url_password(worker.url) or ""]
+        level=spec.log_level,
+        json=spec.log_json,
+        secrets=[url_password(worker.url) or ""],
+        libraries=spec.log_libraries,
     )
     if child is not None:
         assert metrics is not None
@@ -141,7 +154,10 @@ def run(spec: WorkerSpec, *, child: Child | None = None) -> None:
 
     async def serving() -> None:
         main = _serve(worker, metrics, spec, child)
-        await (main if scheduler is None else beside(main, scheduler))
+        try:
+            await (main if scheduler is None else beside(main, scheduler))
+        finally:
+            summary.flush()  # the last seconds' line
 
     loop.run(queue_watch.alongside(serving, worker, metrics), loop=spec.loop)  # and its queues
     if spec.exit_if_stuck:

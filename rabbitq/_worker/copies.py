@@ -1,6 +1,8 @@
 """Storing a failed delivery's copy (:mod:`rabbitq._amqp.copy` says what it carries and
 where it goes) until the broker has it, or handing it back (:class:`CopyStore`), and
-the log line and hook once it is stored (:func:`report_copied`).
+the log line and hook once it is stored (:func:`report_copied`): a failed attempt's line
+carries its traceback on the message's first attempt, and on every attempt at DEBUG
+(formatted by logging only if the line is written).
 
 A copy must be confirmed before its original is acked. What the worker does when the
 broker does not take it decides whether a message is lost, loops or waits (issue 11):
@@ -40,7 +42,7 @@ from pamqp.commands import Basic
 
 from .._amqp.confirm import send_confirmed
 from .._amqp.topology import Topology
-from ..errors import PublishInterrupted, PublishNacked, Unroutable
+from ..errors import PublishInterrupted, PublishNacked, RetryLater, Unroutable
 from ..hooks import UNKNOWN, UNROUTABLE_COPY, Hooks
 from ..outcome import DeadLetter, Outcome, Retry, delay_label
 from .consumer import COPIES_HELD, Pausable
@@ -165,7 +167,7 @@ def report_copied(
     decision = outcome.decision
     if isinstance(decision, Retry):
         log.info(
-            "message %s (%s) %s attempt %d, retrying in %s: %s",
+            "message %s (%s) %s attempt %d%s, retrying in %s: %s",
             delivery.message_id or "-",
             outcome.type_name,
             "deferred (key busy elsewhere)"
@@ -174,23 +176,43 @@ def report_copied(
             if decision.deferred
             else "failed",
             outcome.attempt,
+            _took(outcome),
             f"{delay_label(decision.delay_ms)} (delay ladder)"
             if decision.ladder
             else decision.label,
             outcome.error,
+            exc_info=_shown_failure(outcome),
         )
         hooks.retried(queue, outcome.type_name, decision.label, outcome.duration)
     else:
         assert isinstance(decision, DeadLetter)
         log.warning(
-            "message %s (%s) dead-lettered to %s (%s): %s",
+            "message %s (%s) dead-lettered to %s (%s%s): %s",
             delivery.message_id or "-",
             _shown_type(outcome, delivery, queue),
             target,
             decision.reason,
+            f": attempt {outcome.attempt} failed{_took(outcome)}" if outcome.failure else "",
             outcome.error,
+            exc_info=_shown_failure(outcome),
         )
         hooks.dead_lettered(queue, outcome.type_name, decision.reason, outcome.duration)
+
+
+def _took(outcome: Outcome) -> str:
+    """``" after 0.012s"``: how long a failed attempt ran (nothing for a line whose
+    handler did not run: a bad payload, a middleware's answer)."""
+    return "" if outcome.failure is None else f" after {outcome.duration:.3f}s"
+
+
+def _shown_failure(outcome: Outcome) -> BaseException | None:
+    """The exception whose traceback a line shows: a failed attempt's on the message's
+    first attempt (once per message) and on every attempt when debugging; None for a
+    RetryLater (not a failure) and otherwise, so that nothing is formatted."""
+    failure = outcome.failure
+    if failure is None or isinstance(failure, RetryLater):
+        return None
+    return failure if outcome.attempt == 1 or log.isEnabledFor(logging.DEBUG) else None
 
 
 def _shown_type(outcome: Outcome, delivery: Incoming, queue: str) -> str:

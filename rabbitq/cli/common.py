@@ -1,5 +1,5 @@
 """What the ``rabbitq`` commands share: ``--url``, ``--tls-*``, ``--json`` and one-line
-errors.
+errors (with the Python traceback before them on ``--traceback`` or ``$RABBITQ_TRACEBACK``).
 
 Its own module so that the command modules can use it without importing each other.
 """
@@ -7,7 +7,9 @@ Its own module so that the command modules can use it without importing each oth
 from __future__ import annotations
 
 import functools
+import os
 import sys
+import traceback
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -35,17 +37,41 @@ url_option = click.option(
 )
 
 
+TRACEBACK_ENV = "RABBITQ_TRACEBACK"
+"""Set to 1: a command that fails prints the Python traceback before its one-line error."""
+
+traceback_option = click.option(
+    "--traceback",
+    "show_traceback",
+    is_flag=True,
+    envvar=TRACEBACK_ENV,
+    show_envvar=True,
+    help="On an error (e.g. importing MODULE:APP), print the Python traceback too.",
+)
+"""``--traceback``: read by :func:`friendly_errors`, which takes it out of the kwargs."""
+
+
+def _env_asks_traceback() -> bool:
+    return os.environ.get(TRACEBACK_ENV, "").lower() in ("1", "true", "yes", "on")
+
+
 def friendly_errors(fn: F) -> F:
-    """Turn rabbitq's errors into a one-line message (no password) and exit status 1."""
+    """Turn rabbitq's errors into a one-line message (no password) and exit status 1;
+    with ``--traceback`` (``show_traceback``) or ``$RABBITQ_TRACEBACK`` set, the Python
+    traceback comes first (its password scrubbed too)."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         url = kwargs.get("url")
+        show = kwargs.pop("show_traceback", False) or _env_asks_traceback()
         try:
             return fn(*args, **kwargs)
         except RabbitqError as exc:
-            resolved = configured_url(url)
-            raise click.ClickException(scrub(str(exc), url_password(resolved))) from exc
+            secret = url_password(configured_url(url))
+            if show:  # what went wrong (the user's code, for an import): not rabbitq's frames
+                trace = traceback.format_exception(exc.__cause__ or exc)
+                click.echo(scrub("".join(trace), secret), err=True)
+            raise click.ClickException(scrub(str(exc), secret)) from exc
 
     return wrapper  # type: ignore[return-value]
 

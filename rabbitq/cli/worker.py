@@ -18,7 +18,7 @@ from .._worker.lifecycle import DEFAULT_GRACE_PERIOD
 from ..errors import missing
 from ..loader import load_app
 from ..settings import CONSUMER_TIMEOUT_ENV, TLS, url_password
-from .common import friendly_errors, tls_options, url_option
+from .common import friendly_errors, tls_options, traceback_option, url_option
 
 
 @click.command()
@@ -58,8 +58,16 @@ from .common import friendly_errors, tls_options, url_option
     type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False),
     default="info",
     show_default=True,
-    help="debug adds one line per message handled.",
+    help="rabbitq's and the app's logs; debug adds one line per message handled.",
 )
+@click.option(
+    "--log-level-libraries",
+    type=click.Choice(["debug", "info", "warning", "error", logs.OFF], case_sensitive=False),
+    default=logs.OFF,
+    show_default=True,
+    help="aio-pika's, aiormq's and pamqp's own logs (rabbitq reports what they would).",
+)
+@traceback_option
 @click.option(
     "--consumer-timeout",
     type=click.FloatRange(min=0),
@@ -105,6 +113,7 @@ def worker(
     metrics_bind: str,
     log_json: bool,
     log_level: str,
+    log_level_libraries: str,
     consumer_timeout: float | None,
     no_schedules: bool,
     reload: bool,
@@ -131,6 +140,7 @@ def worker(
         grace_period=grace_period,
         log_level=log_level,
         log_json=log_json,
+        log_libraries=log_level_libraries,
         tls=tls,
         consumer_timeout=consumer_timeout,
         metrics_port=metrics_port,
@@ -146,7 +156,10 @@ def worker(
         return
     app = load_app(app_spec)  # a bad MODULE:APP fails here, before any process starts
     logs.configure(
-        level=log_level, json=log_json, secrets=[url_password(app.resolved_url(url)) or ""]
+        level=log_level,
+        json=log_json,
+        secrets=[url_password(app.resolved_url(url)) or ""],
+        libraries=log_level_libraries,
     )
     sys.exit(Supervisor(spec, processes=processes).run())
 

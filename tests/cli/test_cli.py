@@ -65,7 +65,7 @@ def restore_logging() -> Iterator[None]:
     """The CLI configures logging for its process; put pytest's set-up back afterwards."""
     root = logging.getLogger()
     saved = (root.handlers[:], root.level)
-    levels = {name: logging.getLogger(name).level for name in ("aio_pika", "aiormq")}
+    levels = {name: logging.getLogger(name).level for name in ("aio_pika", "aiormq", "pamqp")}
     yield
     root.handlers[:], level = saved
     root.setLevel(level)

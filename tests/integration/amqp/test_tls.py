@@ -288,6 +288,8 @@ def test_the_password_appears_in_no_output_log_or_error(broker, app_dir):
             good,
             "--log-level",
             "DEBUG",
+            "--log-level-libraries",
+            "debug",
             "--grace-period",
             "2",
             *tls,
