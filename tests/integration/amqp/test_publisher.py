@@ -247,7 +247,9 @@ async def test_a_nacked_publish_is_sent_again_within_retry_for(make_app, connect
     await declare_topology(connection, app)
     channel = await connection.channel()
     full = await channel.declare_queue(
-        f"{app.queue}.full", arguments={"x-max-length": 1, "x-overflow": "reject-publish"}
+        f"{app.queue}.full",
+        exclusive=True,
+        arguments={"x-max-length": 1, "x-overflow": "reject-publish"},
     )
     await full.bind(app.exchange, Note.type_name())
     async with app.publisher() as pub:
@@ -265,4 +267,4 @@ async def test_a_nacked_publish_is_sent_again_within_retry_for(make_app, connect
     async with app.publisher(retry_for=1.5) as pub:
         with pytest.raises(PublishNacked, match=r"not confirmed within retry_for=1.5s"):
             await pub.publish(Note(n=3))  # the side queue is full again: gives up, says so
-    await full.delete(if_empty=False)
+    await channel.close()  # the exclusive side queue goes with it
