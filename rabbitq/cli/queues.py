@@ -23,6 +23,7 @@ from .._amqp.topology import (
 from ..ladder.plan import destination_arguments
 from ..loader import load_app
 from ..retry import RetryPolicy, delay_ms
+from ..schedule.plan import progress_queue
 from ..settings import TLS, redact_url, resolve_url
 from .common import friendly_errors, json_option, tls_options, url_option
 
@@ -145,6 +146,7 @@ def topology(
     extra = [delay_ms(d) for d in delays]
     if delete:
         _delete(app_spec, app.resolved_url(url), tls or app.tls, plan, extra,
+                state_queues=[progress_queue(app.queue)],
                 force=force, dry_run=dry_run, as_json=as_json)  # fmt: skip
         return
     found: list[QueueDepth] = []
@@ -173,9 +175,8 @@ def topology(
         ]
     elif found:
         click.echo(f"warning: {orphans.warning(plan, found, app_spec=app_spec)}", err=True)
-    if as_json:
-        for row in rows:
-            click.echo(orjson.dumps(row).decode())
+    if as_json:  # one document: a JSON array of the rows
+        click.echo(orjson.dumps(rows).decode())
         return
     table = Table(title=f"{'would declare' if dry_run else 'declared'} for {app.queue!r}")
     for column in ("kind", "name", "arguments"):
@@ -201,6 +202,7 @@ def _delete(
     plan: Topology,
     extra: list[int],
     *,
+    state_queues: list[str],
     force: bool,
     dry_run: bool,
     as_json: bool,
@@ -209,29 +211,56 @@ def _delete(
         connection = await connect(url, name="rabbitq topology", tls=tls)
         try:
             return await teardown.delete(
-                connection, plan, extra_ms=extra, force=force, dry_run=dry_run
+                connection,
+                plan,
+                extra_ms=extra,
+                state_queues=state_queues,
+                force=force,
+                dry_run=dry_run,
             )
         finally:
             await connection.close()
 
     done = asyncio.run(go())
-    if done.refusal:
+    if done.refusal and not dry_run:
         raise click.ClickException(done.refusal)
-    verb = "would delete" if dry_run else "deleted"
-    rows = [{"kind": d.kind, "name": d.name, "messages": d.messages} for d in done.queues]
+    rows = [
+        {"kind": d.kind, "name": d.name, "messages": d.messages, "consumers": d.consumers}
+        for d in done.queues
+    ]
     if as_json:
-        for row in rows:
-            click.echo(orjson.dumps(row | {"deleted": done.deleted}).decode())
-        click.echo(orjson.dumps({"exchange": plan.exchange,
-                                 "deleted": done.exchange_deleted}).decode())  # fmt: skip
+        document = {
+            "dry_run": dry_run,
+            "deleted": done.deleted,
+            "queues": rows,
+            "exchange": {"name": plan.exchange, "state": done.exchange},
+            "refusal": done.refusal or None,
+        }
+        click.echo(orjson.dumps(document).decode())
         return
+    verb = "would delete" if dry_run else "deleted"
     if not rows:
         click.echo(f"nothing to delete: no queue of {app_spec} on {redact_url(url)}")
     for row in rows:
         click.echo(f"{verb} {row['kind']} queue {row['name']} ({row['messages']} message(s))")
-    if not dry_run:
-        exchange = "deleted" if done.exchange_deleted else "kept (other queues are bound to it)"
-        click.echo(f"exchange {plan.exchange}: {exchange}")
+    click.echo(f"exchange {plan.exchange}: {_EXCHANGE[dry_run][done.exchange]}")
+    if done.refusal:  # a dry run: what the real one would answer
+        click.echo(f"would refuse: {done.refusal}")
+
+
+_EXCHANGE: dict[bool, dict[str, str]] = {  # by dry_run, then Teardown.exchange
+    False: {
+        "deleted": "deleted",
+        "kept": "kept (other queues are bound to it)",
+        "missing": "did not exist",
+        "not deleted": "not deleted (the broker's own)",
+    },
+    True: {
+        "exists": "would be deleted unless other queues are bound to it",
+        "missing": "does not exist",
+        "not deleted": "not deleted (the broker's own)",
+    },
+}
 
 
 @click.command()
@@ -288,19 +317,18 @@ def stats(
             f"(run 'rabbitq topology MODULE:APP' or start its worker once)"
         )
     shown = [d for d in depths if d.exists or (show_missing and d.kind != "main")]
-    if as_json:
-        for d in shown:
-            click.echo(
-                orjson.dumps(
-                    {
-                        "queue": d.name,
-                        "kind": d.kind,
-                        "exists": d.exists,
-                        "messages": d.messages,
-                        "consumers": d.consumers,
-                    }
-                ).decode()
-            )
+    if as_json:  # one document: a JSON array, the main queue first
+        document = [
+            {
+                "queue": d.name,
+                "kind": d.kind,
+                "exists": d.exists,
+                "messages": d.messages,
+                "consumers": d.consumers,
+            }
+            for d in shown
+        ]
+        click.echo(orjson.dumps(document).decode())
         return
     table = Table(title=f"queues of {main_depth.name!r}")
     for column, justify in (
