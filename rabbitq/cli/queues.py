@@ -20,12 +20,14 @@ from .._amqp.topology import (
     queue_depths,
     retry_queue_name,
 )
+from ..errors import ConfigurationError
 from ..ladder.plan import destination_arguments
 from ..loader import load_app
 from ..retry import RetryPolicy, delay_ms
 from ..schedule.plan import progress_queue
 from ..settings import TLS, redact_url, resolve_url
 from .common import friendly_errors, json_option, tls_options, url_option
+from .when import DURATION
 
 
 def _topology_rows(topology: Topology) -> list[dict[str, Any]]:
@@ -83,6 +85,15 @@ def _topology_rows(topology: Topology) -> list[dict[str, Any]]:
     return rows
 
 
+def _delays_ms(delays: tuple[float, ...]) -> list[int]:
+    """Each ``--delay`` as the milliseconds of a retry queue; one no retry queue can
+    have (0, or not whole milliseconds) is bad input (exit 2)."""
+    try:
+        return [delay_ms(d) for d in delays]
+    except ConfigurationError as exc:
+        raise click.BadParameter(str(exc), param_hint="--delay") from None
+
+
 @click.command()
 @click.argument("app_spec", metavar="MODULE:APP")
 @click.option("--dry-run", is_flag=True, help="Print what would be declared; touch nothing.")
@@ -94,9 +105,9 @@ def _topology_rows(topology: Topology) -> list[dict[str, Any]]:
 @click.option(
     "--delay",
     "delays",
-    type=float,
+    type=DURATION,
     multiple=True,
-    help="Also look for an orphaned retry queue of this delay in seconds (repeatable); "
+    help="Also look for an orphaned retry queue of this delay (30, 90s, 10m; repeatable); "
     "common delays are always looked for.",
 )
 @click.option(
@@ -130,10 +141,14 @@ def topology(
     uses any more (after a change of delays) are named with their depth; --prune
     deletes those that hold no message and have no consumer (checked just before the
     delete, on quorum and classic queues alike; stop workers that still run the old
-    delays first). --delete removes the app from the broker. Examples:
+    delays first). --delete removes the app from the broker. --json prints one JSON
+    document. Examples:
 
+    \b
+        rabbitq topology myservice:app --dry-run
         rabbitq topology myservice:app --prune
         rabbitq topology myservice:app --delete --dry-run
+        rabbitq topology myservice:app --json | python -m json.tool
     """
     if prune and dry_run:
         raise click.UsageError("--prune and --dry-run do not go together")
@@ -143,7 +158,7 @@ def topology(
         raise click.UsageError("--force needs --delete")
     app = load_app(app_spec)
     plan = app.topology()
-    extra = [delay_ms(d) for d in delays]
+    extra = _delays_ms(delays)
     if delete:
         _delete(app_spec, app.resolved_url(url), tls or app.tls, plan, extra,
                 state_queues=[progress_queue(app.queue)],
@@ -268,9 +283,9 @@ _EXCHANGE: dict[bool, dict[str, str]] = {  # by dry_run, then Teardown.exchange
 @click.option(
     "--delay",
     "delays",
-    type=float,
+    type=DURATION,
     multiple=True,
-    help="Also look for the retry queue of this delay in seconds (repeatable). "
+    help="Also look for the retry queue of this delay (30, 90s, 10m; repeatable). "
     "Default with a QUEUE: the default policy's 1s, 10s, 1m, 10m.",
 )
 @json_option
@@ -283,7 +298,13 @@ def stats(
     """Messages and consumers of the main, retry and dead-letter queues.
 
     With MODULE:APP every retry queue of the app is shown; with a QUEUE name, the
-    retry queues of --delay (or the default policy) that exist.
+    retry queues of --delay (or the default policy) that exist. --json prints one JSON
+    array, the main queue first. Examples:
+
+    \b
+        rabbitq stats myservice:app
+        rabbitq stats emails --delay 30s --delay 5m
+        rabbitq stats myservice:app --json | python -m json.tool
     """
     if ":" in target:
         app = load_app(target)
@@ -293,7 +314,7 @@ def stats(
         tls = tls or app.tls
         show_missing = True
     else:
-        ms = [delay_ms(d) for d in delays] if delays else RetryPolicy().delays_ms
+        ms = _delays_ms(delays) if delays else RetryPolicy().delays_ms
         specs = [
             (target, "main"),
             *((retry_queue_name(target, m), "retry") for m in sorted(set(ms))),
