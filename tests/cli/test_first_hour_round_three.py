@@ -14,11 +14,13 @@ import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import aio_pika
 import pytest
 from click.testing import CliRunner
 
+from rabbitq._amqp.refusal import plain_port_hint
 from rabbitq.cli import main
 from rabbitq.schedule.plan import Progress, encode_progress, progress_arguments, progress_queue
 from tests.helpers import assert_one_line_error, run_cli
@@ -206,3 +208,29 @@ async def test_schedule_list_fits_80_columns_with_the_next_tick_whole(declared, 
     row = next(line for line in shown.stdout.splitlines() if "weekday" in line)
     assert re.search(r"│ \d{4}-\d\d-\d\dT\d\d:00:00Z │$", row), shown.stdout
     assert "2026-11-27T0" in shown.stdout  # the last tick, folded or not
+
+
+# -- amqps on the plain port ----------------------------------------------------------
+
+
+@pytest.mark.services
+def test_amqps_on_the_plain_port_says_that_amqps_listens_on_5671(broker_url):
+    parts = urlsplit(broker_url)
+    if parts.port not in (None, 5672):
+        pytest.skip(f"the test broker is not on the plain port 5672: {parts.port}")
+    netloc = parts.netloc if parts.port else f"{parts.netloc}:5672"
+    url = parts._replace(scheme="amqps", netloc=netloc).geturl()
+
+    shown = run_cli("stats", "emails", "--url", url)
+
+    line = assert_one_line_error(shown, exit_code=1)
+    assert "TLS handshake with amqps://" in line
+    assert "port 5672 is the plain amqp:// port; amqps usually listens on 5671" in line
+    assert f"@{parts.hostname}:5671/" in line
+
+
+def test_the_port_hint_is_only_for_amqps_on_5672():
+    assert plain_port_hint("amqps://u:p@h:5672/").startswith("port 5672 is the plain")
+    assert "u:p@" not in plain_port_hint("amqps://u:p@h:5672/")
+    for url in ("amqps://u:p@h:5671/", "amqps://u:p@h/", "amqp://u:p@h:5672/"):
+        assert plain_port_hint(url) == ""
