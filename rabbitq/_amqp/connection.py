@@ -119,7 +119,8 @@ def _actionable_errors(url: str) -> Iterator[None]:
             else:
                 reason = failure.reason or str(failure)
             raise BrokerUnavailable(
-                f"TLS handshake with {redact_url(url)} failed ({reason}): {TLS_HINT}"
+                f"TLS handshake with {redact_url(url)} failed ({reason}): "
+                f"{refusal.plain_port_hint(url) or TLS_HINT}"
             ) from exc
         if (refused := refusal.vhost_refusal(url, str(exc))) is not None:
             raise BrokerUnavailable(scrub(refused, url_password(url))) from exc

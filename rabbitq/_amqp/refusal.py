@@ -1,10 +1,13 @@
-"""What the broker says when it refuses a connection's virtual host, in words.
+"""What the broker says when it refuses a connection's virtual host, in words; and
+what a failed TLS handshake on the plain AMQP port means.
 
 RabbitMQ answers a ``Connection.Open`` for a vhost that does not exist, or that the
 user may not use, with ``Connection.Close`` (530 NOT_ALLOWED). aiormq reports that as
 "Expected one of ['Connection.OpenOk'], got <Connection.Close object at 0x...>", which
 read as "broker down". :func:`install` makes that frame show its reply code and text,
 and :func:`vhost_refusal` turns the error into one line naming the vhost.
+:func:`plain_port_hint` adds to a TLS failure that ``amqps://host:5672`` names the plain
+port (amqps usually listens on 5671).
 """
 
 from __future__ import annotations
@@ -51,4 +54,25 @@ def vhost_refusal(url: str, error: str) -> str | None:
         f"{match['text']}); fix the URL's path, or create it and grant access "
         f"(rabbitmqctl add_vhost {vhost}; rabbitmqctl set_permissions -p {vhost} {user} "
         f"'.*' '.*' '.*')"
+    )
+
+
+PLAIN_PORT = 5672
+TLS_PORT = 5671
+
+
+def plain_port_hint(url: str) -> str:
+    """For a TLS handshake that failed: what to do when an ``amqps://`` URL names the
+    plain AMQP port 5672, which does not speak TLS; else "" (pure)."""
+    parts = urlsplit(url)
+    try:
+        port = parts.port
+    except ValueError:
+        return ""
+    if parts.scheme.lower() != "amqps" or port != PLAIN_PORT:
+        return ""
+    tls_url = parts._replace(netloc=parts.netloc.rpartition(":")[0] + f":{TLS_PORT}").geturl()
+    return (
+        f"port {PLAIN_PORT} is the plain amqp:// port; amqps usually listens on {TLS_PORT}: "
+        f"use {redact_url(tls_url)}, or amqp:// to connect without TLS"
     )

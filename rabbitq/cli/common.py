@@ -15,15 +15,23 @@ from typing import Any, TypeVar
 
 import click
 
-from ..errors import RabbitqError
-from ..settings import TLS, URL_ENV, configured_url, scrub, url_password
+from ..errors import ConfigurationError, RabbitqError
+from ..settings import TLS, URL_ENV, broker_urls, configured_url, scrub, url_password
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 
 def _join_urls(_ctx: click.Context, _param: click.Parameter, value: tuple[str, ...]) -> str | None:
-    """Several ``--url`` (the nodes of a cluster) become one comma-separated URL."""
-    return ",".join(value) if value else None
+    """Several ``--url`` (the nodes of a cluster) become one comma-separated URL; one
+    that is not an AMQP URL is bad input (exit 2), said before anything connects."""
+    if not value:
+        return None
+    joined = ",".join(value)
+    try:
+        broker_urls(joined)
+    except ConfigurationError as exc:  # the message masks the password
+        raise click.UsageError(str(exc)) from None
+    return joined
 
 
 url_option = click.option(
@@ -58,12 +66,18 @@ def _env_asks_traceback() -> bool:
 def friendly_errors(fn: F) -> F:
     """Turn rabbitq's errors into a one-line message (no password) and exit status 1;
     with ``--traceback`` (``show_traceback``) or ``$RABBITQ_TRACEBACK`` set, the Python
-    traceback comes first (its password scrubbed too)."""
+    traceback comes first (its password scrubbed too); an ``app_spec`` that is not of the
+    form ``MODULE:APP`` is bad usage (exit 2)."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         url = kwargs.get("url")
         show = kwargs.pop("show_traceback", False) or _env_asks_traceback()
+        spec = kwargs.get("app_spec")
+        if isinstance(spec, str) and not all(spec.partition(":")[::2]):
+            raise click.UsageError(
+                f"expected MODULE:APP (for example 'myservice.tasks:app'), got {spec!r}"
+            )
         try:
             return fn(*args, **kwargs)
         except RabbitqError as exc:

@@ -104,7 +104,13 @@ def demo(
 
     Each run first empties the demo's own queues, so it is safe to run again; the
     queues are kept afterwards so you can look at the DLQ. Remove them with
-    rabbitq demo --cleanup.
+    rabbitq demo --cleanup. Examples:
+
+    \b
+        rabbitq demo
+        rabbitq demo --queue my-demo --count 50
+        rabbitq demo --testcontainers
+        rabbitq demo --cleanup
     """
     from .. import demo as showcase  # registers the demo's message types only when used
 

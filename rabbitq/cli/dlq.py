@@ -58,7 +58,11 @@ def list_(
 ) -> None:
     """List dead messages, oldest first: id, type, reason, attempts, when, error.
 
-    Example: rabbitq dlq list emails --reason exhausted --since 2h
+    Examples:
+
+    \b
+        rabbitq dlq list emails --reason exhausted --since 2h
+        rabbitq dlq list emails.dlq --type email.send --json
     """
     filters = filters_from(kwargs)
     found = run_call(
@@ -113,7 +117,11 @@ def show(queue: str, message_id: str, as_json: bool, url: str | None, tls: TLS |
 
     MESSAGE_ID may be the first characters of the id, if only one message's id starts
     with them. Control characters in the message are shown escaped (\\x1b, \\r), never
-    sent to the terminal. The DLQ is left as it was.
+    sent to the terminal. The DLQ is left as it was. Examples:
+
+    \b
+        rabbitq dlq show emails 6f1c0e2a
+        rabbitq dlq show emails 6f1c0e2a --json
     """
     everything = run_call(url, tls, lambda c: ops.list_messages(queue, url=url, connection=c))
     found = by_id_or_prefix(everything, message_id, queue)
@@ -167,7 +175,11 @@ def replay(
     queue does not exist, stay in the DLQ. If the connection drops, run the command
     again: nothing is lost, and it reports how many messages may be replayed twice.
 
-    Example: rabbitq dlq replay emails --type email.send --since 1h --rate 50
+    Examples:
+
+    \b
+        rabbitq dlq replay emails --type email.send --since 1h --dry-run
+        rabbitq dlq replay emails --type email.send --since 1h --rate 50
     """
     filters = filters_from(kwargs)
     tracing = load_app(app_spec).tracing if app_spec else None
@@ -234,7 +246,10 @@ def export(
 
     The DLQ is left as it was, unless --delete. FILE must not exist yet.
 
-    Example: rabbitq dlq export emails emails-dlq.jsonl --reason invalid
+    Examples:
+
+    \b
+        rabbitq dlq export emails emails-dlq.jsonl --reason invalid
     """
     filters = filters_from(kwargs)
     with view.ProgressView(f"export {ops.resolve_dlq(queue)}", plain=not as_json) as progress:
@@ -281,7 +296,11 @@ def import_(
     """Publish the messages of an export FILE back into the DLQ of QUEUE.
 
     The whole file is checked first: a malformed line, or one that 'rabbitq dlq export'
-    did not write, stops the import before anything is published.
+    did not write, stops the import before anything is published. Examples:
+
+    \b
+        rabbitq dlq import emails emails-dlq.jsonl
+        rabbitq dlq import emails emails-dlq.jsonl --replay
     """
     if to and not as_replay:
         raise click.UsageError("--to needs --replay")
@@ -328,7 +347,11 @@ def purge(
 
     Asks first on a terminal; without one, --yes is required.
 
-    Example: rabbitq dlq purge emails --reason invalid --until 7d --yes
+    Examples:
+
+    \b
+        rabbitq dlq purge emails --reason invalid --until 7d --dry-run
+        rabbitq dlq purge emails --reason invalid --until 7d --yes
     """
     filters = filters_from(kwargs)
     tracing = load_app(app_spec).tracing if app_spec else None
@@ -336,7 +359,7 @@ def purge(
     what = f"matching {filters.describe()}" if filters.active else "(no filter: ALL of them)"
     if not yes and not dry_run:
         if not _interactive():
-            raise click.ClickException(
+            raise click.UsageError(  # the command line lacks --yes: exit 2
                 f"refusing to purge {dlq_queue} without --yes when not on a terminal"
             )
         preview = run_call(

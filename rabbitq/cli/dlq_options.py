@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 
 import click
 from aio_pika.abc import AbstractConnection
+from click.shell_completion import CompletionItem
 from rich.console import Console
 
 from .. import dlq as ops
@@ -46,6 +47,19 @@ def check_reasons(
     return values
 
 
+# x-death reasons RabbitMQ writes, offered after "broker:" (any other is accepted too)
+BROKER_REASONS = ("broker:delivery_limit", "broker:expired", "broker:maxlen", "broker:rejected")
+
+
+def complete_reasons(
+    _ctx: click.Context, _param: click.Parameter, incomplete: str
+) -> list[CompletionItem]:
+    """Shell completion of ``--reason``: rabbitq's reasons and the broker's x-death
+    reasons that start with what was typed (free text stays allowed)."""
+    known = (*REASONS, *BROKER_REASONS)
+    return [CompletionItem(r) for r in known if r.startswith(incomplete)]
+
+
 def filter_options(fn: F) -> F:
     """The filters every command shares; each is ANDed, a repeated option is ORed."""
     options = [
@@ -58,7 +72,8 @@ def filter_options(fn: F) -> F:
             multiple=True,
             metavar="REASON",
             callback=check_reasons,
-            help="exhausted, permanent, invalid, unknown-type, or broker:<x-death reason> "
+            shell_complete=complete_reasons,
+            help=f"{', '.join(REASONS)}, or broker:<x-death reason> "
             "such as broker:delivery_limit (repeatable).",
         ),
         click.option(

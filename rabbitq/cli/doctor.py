@@ -49,7 +49,15 @@ def doctor(
     tls: TLS | None,
 ) -> None:
     """Check an app against its broker: version, queue arguments, retry queues, handler
-    timeouts, alarms and policies that can drop or expire messages."""
+    timeouts, alarms and policies that can drop or expire messages.
+
+    Exits 1 if it found a danger (each finding says its fix), 0 otherwise. Examples:
+
+    \b
+        rabbitq doctor myservice:app
+        rabbitq doctor myservice:app --json
+        rabbitq doctor myservice:app --management-url http://rabbit:15672
+    """
     app = load_app(app_spec)
     target = app.resolved_url(url)
     if consumer_timeout is None:

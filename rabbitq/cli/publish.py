@@ -12,11 +12,12 @@ import orjson
 from pydantic import AliasChoices, BaseModel, ValidationError
 
 from ..app import App
-from ..ladder.plan import due_in
+from ..ladder.plan import MAX_DELAY, due_in
 from ..loader import load_app
 from ..message import describe, lookup
 from ..settings import TLS
 from .common import friendly_errors, tls_options, url_option
+from .when import DURATION
 
 
 def _field_names(model: type[BaseModel]) -> set[str]:
@@ -63,6 +64,24 @@ def _parse_body(app: App, type_name: str, body: str) -> Any:
         ) from None
 
 
+def _when(at: str) -> datetime:
+    """``--at``: an ISO 8601 time with its offset (exit 2 otherwise, before connecting)."""
+    try:
+        when = datetime.fromisoformat(at)
+    except ValueError:
+        raise click.BadParameter(
+            f"not an ISO 8601 time: {at!r} (for example 2026-12-01T09:00:00+01:00)",
+            param_hint="--at",
+        ) from None
+    if when.tzinfo is None or when.utcoffset() is None:
+        raise click.BadParameter(
+            f"{at!r} has no offset: add Z for UTC or the offset of its timezone "
+            f"({at}Z, {at}+01:00)",
+            param_hint="--at",
+        )
+    return when
+
+
 @click.command()
 @click.argument("app_spec", metavar="MODULE:APP")
 @click.argument("type_name", metavar="TYPE")
@@ -71,16 +90,22 @@ def _parse_body(app: App, type_name: str, body: str) -> Any:
 @click.option("--correlation-id", help="Set the correlation_id property.")
 @click.option(
     "--delay",
-    type=float,
-    help="Seconds to wait first (0 to 48 days, held by the broker's delay ladder); "
-    "a delayed message reaches only this app's queue.",
+    type=DURATION,
+    help="Wait this long first: seconds or a unit (30, 90s, 5m, 2h, 3d; at most 48 days, "
+    "held by the broker's delay ladder); a delayed message reaches only this app's queue.",
 )
 @click.option(
     "--at",
     "at",
     metavar="ISO-8601",
-    help="Deliver at this time, with its offset (2026-12-01T09:00:00+01:00); "
+    help="Deliver at this time, with its offset (2026-12-01T09:00:00+01:00 or ...Z); "
     "only this app's queue gets it.",
+)
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Print one JSON object (message_id, type, exchange, due) instead of a line.",
 )
 @url_option
 @tls_options
@@ -93,31 +118,42 @@ def publish(
     correlation_id: str | None,
     delay: float | None,
     at: str | None,
+    as_json: bool,
     url: str | None,
     tls: TLS | None,
 ) -> None:
     """Validate JSON as a TYPE message and publish it, waiting for the broker's confirm.
 
-    JSON is the message's fields as an object, or - to read it from stdin. Example:
+    JSON is the message's fields as an object, or - to read it from stdin. Examples:
 
-        rabbitq publish examples.email_service:app email.send '{"to": "a@b.c", ...}'
-
+    \b
+        rabbitq publish examples.email_service:app email.send \\
+            '{"to": "a@example.com", "subject": "hi", "body": "hello"}'
+        echo '{"to": "a@example.com", "subject": "hi", "body": "x"}' | \\
+            rabbitq publish examples.email_service:app email.send - --delay 5m
         rabbitq publish myservice:app reminder.send '{...}' --at 2026-12-01T09:00:00+01:00
     """
+    if delay is not None and at is not None:
+        raise click.UsageError("--delay and --at do not go together: give one")
     app = load_app(app_spec)
     message = _parse_body(app, type_name, body)
-    when = None
-    if at is not None:
-        try:
-            when = datetime.fromisoformat(at)
-        except ValueError:
-            raise click.BadParameter(f"not an ISO 8601 time: {at!r}", param_hint="--at") from None
+    when = None if at is None else _when(at)
+    due = None
     if delay is not None or when is not None:
         try:  # a bad delay or time fails before connecting, as bad input (exit 2)
-            due_in(delay=delay, at=when)
+            _, due = due_in(delay=delay, at=when)
         except ValueError as exc:
             hint = "--at" if at is not None else "--delay"
-            raise click.BadParameter(str(exc), param_hint=hint) from None
+            asked = (
+                f"--at {at}" if at is not None else f"--delay of {(delay or 0) / 86400:.4g} days"
+            )
+            text = (
+                f"{asked} is past what the delay ladder holds (at most {MAX_DELAY.days} "
+                "days from now): publish it later, e.g. from a schedule"
+                if "longer than the delay ladder" in str(exc)
+                else str(exc).replace("delay=", "--delay ").replace("at=", "--at ")
+            )
+            raise click.BadParameter(text, param_hint=hint) from None
 
     async def go() -> str:
         async with app.publisher(url=url, tls=tls) as pub:
@@ -130,4 +166,13 @@ def publish(
             )
 
     mid = asyncio.run(go())
+    if as_json:
+        document = {
+            "message_id": mid,
+            "type": type_name,
+            "exchange": app.exchange,
+            "due": None if due is None else due.isoformat(),
+        }
+        click.echo(orjson.dumps(document).decode())
+        return
     click.echo(f"published {type_name} message_id={mid} to exchange {app.exchange!r}")

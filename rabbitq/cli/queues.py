@@ -20,11 +20,14 @@ from .._amqp.topology import (
     queue_depths,
     retry_queue_name,
 )
+from ..errors import ConfigurationError
 from ..ladder.plan import destination_arguments
 from ..loader import load_app
 from ..retry import RetryPolicy, delay_ms
+from ..schedule.plan import progress_queue
 from ..settings import TLS, redact_url, resolve_url
 from .common import friendly_errors, json_option, tls_options, url_option
+from .when import DURATION
 
 
 def _topology_rows(topology: Topology) -> list[dict[str, Any]]:
@@ -82,6 +85,15 @@ def _topology_rows(topology: Topology) -> list[dict[str, Any]]:
     return rows
 
 
+def _delays_ms(delays: tuple[float, ...]) -> list[int]:
+    """Each ``--delay`` as the milliseconds of a retry queue; one no retry queue can
+    have (0, or not whole milliseconds) is bad input (exit 2)."""
+    try:
+        return [delay_ms(d) for d in delays]
+    except ConfigurationError as exc:
+        raise click.BadParameter(str(exc), param_hint="--delay") from None
+
+
 @click.command()
 @click.argument("app_spec", metavar="MODULE:APP")
 @click.option("--dry-run", is_flag=True, help="Print what would be declared; touch nothing.")
@@ -93,9 +105,9 @@ def _topology_rows(topology: Topology) -> list[dict[str, Any]]:
 @click.option(
     "--delay",
     "delays",
-    type=float,
+    type=DURATION,
     multiple=True,
-    help="Also look for an orphaned retry queue of this delay in seconds (repeatable); "
+    help="Also look for an orphaned retry queue of this delay (30, 90s, 10m; repeatable); "
     "common delays are always looked for.",
 )
 @click.option(
@@ -129,10 +141,14 @@ def topology(
     uses any more (after a change of delays) are named with their depth; --prune
     deletes those that hold no message and have no consumer (checked just before the
     delete, on quorum and classic queues alike; stop workers that still run the old
-    delays first). --delete removes the app from the broker. Examples:
+    delays first). --delete removes the app from the broker. --json prints one JSON
+    document. Examples:
 
+    \b
+        rabbitq topology myservice:app --dry-run
         rabbitq topology myservice:app --prune
         rabbitq topology myservice:app --delete --dry-run
+        rabbitq topology myservice:app --json | python -m json.tool
     """
     if prune and dry_run:
         raise click.UsageError("--prune and --dry-run do not go together")
@@ -142,9 +158,10 @@ def topology(
         raise click.UsageError("--force needs --delete")
     app = load_app(app_spec)
     plan = app.topology()
-    extra = [delay_ms(d) for d in delays]
+    extra = _delays_ms(delays)
     if delete:
         _delete(app_spec, app.resolved_url(url), tls or app.tls, plan, extra,
+                state_queues=[progress_queue(app.queue)],
                 force=force, dry_run=dry_run, as_json=as_json)  # fmt: skip
         return
     found: list[QueueDepth] = []
@@ -173,9 +190,8 @@ def topology(
         ]
     elif found:
         click.echo(f"warning: {orphans.warning(plan, found, app_spec=app_spec)}", err=True)
-    if as_json:
-        for row in rows:
-            click.echo(orjson.dumps(row).decode())
+    if as_json:  # one document: a JSON array of the rows
+        click.echo(orjson.dumps(rows).decode())
         return
     table = Table(title=f"{'would declare' if dry_run else 'declared'} for {app.queue!r}")
     for column in ("kind", "name", "arguments"):
@@ -201,6 +217,7 @@ def _delete(
     plan: Topology,
     extra: list[int],
     *,
+    state_queues: list[str],
     force: bool,
     dry_run: bool,
     as_json: bool,
@@ -209,29 +226,56 @@ def _delete(
         connection = await connect(url, name="rabbitq topology", tls=tls)
         try:
             return await teardown.delete(
-                connection, plan, extra_ms=extra, force=force, dry_run=dry_run
+                connection,
+                plan,
+                extra_ms=extra,
+                state_queues=state_queues,
+                force=force,
+                dry_run=dry_run,
             )
         finally:
             await connection.close()
 
     done = asyncio.run(go())
-    if done.refusal:
+    if done.refusal and not dry_run:
         raise click.ClickException(done.refusal)
-    verb = "would delete" if dry_run else "deleted"
-    rows = [{"kind": d.kind, "name": d.name, "messages": d.messages} for d in done.queues]
+    rows = [
+        {"kind": d.kind, "name": d.name, "messages": d.messages, "consumers": d.consumers}
+        for d in done.queues
+    ]
     if as_json:
-        for row in rows:
-            click.echo(orjson.dumps(row | {"deleted": done.deleted}).decode())
-        click.echo(orjson.dumps({"exchange": plan.exchange,
-                                 "deleted": done.exchange_deleted}).decode())  # fmt: skip
+        document = {
+            "dry_run": dry_run,
+            "deleted": done.deleted,
+            "queues": rows,
+            "exchange": {"name": plan.exchange, "state": done.exchange},
+            "refusal": done.refusal or None,
+        }
+        click.echo(orjson.dumps(document).decode())
         return
+    verb = "would delete" if dry_run else "deleted"
     if not rows:
         click.echo(f"nothing to delete: no queue of {app_spec} on {redact_url(url)}")
     for row in rows:
         click.echo(f"{verb} {row['kind']} queue {row['name']} ({row['messages']} message(s))")
-    if not dry_run:
-        exchange = "deleted" if done.exchange_deleted else "kept (other queues are bound to it)"
-        click.echo(f"exchange {plan.exchange}: {exchange}")
+    click.echo(f"exchange {plan.exchange}: {_EXCHANGE[dry_run][done.exchange]}")
+    if done.refusal:  # a dry run: what the real one would answer
+        click.echo(f"would refuse: {done.refusal}")
+
+
+_EXCHANGE: dict[bool, dict[str, str]] = {  # by dry_run, then Teardown.exchange
+    False: {
+        "deleted": "deleted",
+        "kept": "kept (other queues are bound to it)",
+        "missing": "did not exist",
+        "not deleted": "not deleted (the broker's own)",
+    },
+    True: {
+        "exists": "would be deleted unless other queues are bound to it",
+        "missing": "does not exist",
+        "not deleted": "not deleted (the broker's own)",
+    },
+}
 
 
 @click.command()
@@ -239,9 +283,9 @@ def _delete(
 @click.option(
     "--delay",
     "delays",
-    type=float,
+    type=DURATION,
     multiple=True,
-    help="Also look for the retry queue of this delay in seconds (repeatable). "
+    help="Also look for the retry queue of this delay (30, 90s, 10m; repeatable). "
     "Default with a QUEUE: the default policy's 1s, 10s, 1m, 10m.",
 )
 @json_option
@@ -254,7 +298,13 @@ def stats(
     """Messages and consumers of the main, retry and dead-letter queues.
 
     With MODULE:APP every retry queue of the app is shown; with a QUEUE name, the
-    retry queues of --delay (or the default policy) that exist.
+    retry queues of --delay (or the default policy) that exist. --json prints one JSON
+    array, the main queue first. Examples:
+
+    \b
+        rabbitq stats myservice:app
+        rabbitq stats emails --delay 30s --delay 5m
+        rabbitq stats myservice:app --json | python -m json.tool
     """
     if ":" in target:
         app = load_app(target)
@@ -264,7 +314,7 @@ def stats(
         tls = tls or app.tls
         show_missing = True
     else:
-        ms = [delay_ms(d) for d in delays] if delays else RetryPolicy().delays_ms
+        ms = _delays_ms(delays) if delays else RetryPolicy().delays_ms
         specs = [
             (target, "main"),
             *((retry_queue_name(target, m), "retry") for m in sorted(set(ms))),
@@ -288,19 +338,18 @@ def stats(
             f"(run 'rabbitq topology MODULE:APP' or start its worker once)"
         )
     shown = [d for d in depths if d.exists or (show_missing and d.kind != "main")]
-    if as_json:
-        for d in shown:
-            click.echo(
-                orjson.dumps(
-                    {
-                        "queue": d.name,
-                        "kind": d.kind,
-                        "exists": d.exists,
-                        "messages": d.messages,
-                        "consumers": d.consumers,
-                    }
-                ).decode()
-            )
+    if as_json:  # one document: a JSON array, the main queue first
+        document = [
+            {
+                "queue": d.name,
+                "kind": d.kind,
+                "exists": d.exists,
+                "messages": d.messages,
+                "consumers": d.consumers,
+            }
+            for d in shown
+        ]
+        click.echo(orjson.dumps(document).decode())
         return
     table = Table(title=f"queues of {main_depth.name!r}")
     for column, justify in (

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import click
@@ -94,6 +94,11 @@ def _time(at: datetime | None) -> str | None:
     return None if at is None else at.isoformat()
 
 
+def _short(at: datetime | None) -> str | None:
+    """A tick for the table: ISO 8601 in UTC to the second (``2026-11-30T08:00:00Z``)."""
+    return None if at is None else at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 @schedule.command("list")
 @click.argument("app_spec", metavar="MODULE:APP")
 @json_option
@@ -125,11 +130,16 @@ def list_schedules(app_spec: str, as_json: bool, url: str | None, tls: TLS | Non
         leader = {"leading": found.leading, "leader": found.leader, "written": _time(found.written)}
         click.echo(orjson.dumps({"schedules": rows, **leader}, option=orjson.OPT_INDENT_2))
         return
-    table = Table("schedule", "when", "catch up", "last tick", "next tick")
-    for row in rows:
-        table.add_row(
-            row["name"], row["when"], row["catch_up"], row["last_tick"] or "-", row["next_tick"]
-        )
+    # 80 columns hold it: the next tick is never cut (it is what one looks for), the
+    # schedule's "when" wraps first, then the last tick and the name fold.
+    table = Table()
+    table.add_column("schedule", overflow="fold")
+    table.add_column("when", ratio=1)
+    table.add_column("catch up", no_wrap=True)
+    table.add_column("last tick", overflow="fold")
+    table.add_column("next tick", no_wrap=True, min_width=20)
+    for r in found.rows:
+        table.add_row(r.name, r.when, r.catch_up, _short(r.last) or "-", _short(r.next))
     console = Console()
     console.print(table)
     if found.leading:

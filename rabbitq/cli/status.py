@@ -4,6 +4,9 @@ progress (docs/status.md)."""
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
+from datetime import UTC, datetime
+from typing import Any
 
 import click
 import orjson
@@ -26,6 +29,25 @@ async def _read(app: App, message_id: str) -> MessageStatus | GroupStatus | None
         await app.status_writer.store.close()
 
 
+def _iso(key: str, value: Any) -> Any:
+    """A detail's time (``next_at``: seconds since the epoch) as ISO 8601 in UTC, to the
+    millisecond; any other value as it is."""
+    if key.endswith("_at") and isinstance(value, int | float) and not isinstance(value, bool):
+        moment = datetime.fromtimestamp(value, UTC).isoformat(timespec="milliseconds")
+        return moment.replace("+00:00", "Z")
+    return value
+
+
+def _readable(found: MessageStatus) -> MessageStatus:
+    """``found`` with the times in its entries' details written as ISO 8601."""
+    return replace(
+        found,
+        history=tuple(
+            replace(e, detail={k: _iso(k, v) for k, v in e.detail.items()}) for e in found.history
+        ),
+    )
+
+
 @click.command("status")
 @click.argument("app_spec", metavar="MODULE:APP")
 @click.argument("message_id", metavar="MESSAGE_ID|GROUP_ID")
@@ -40,7 +62,11 @@ def status(
     app's status store (App(status=...)). Given a workflow's group id: its members
     by state, its callback's state, and the members that have not succeeded first.
 
-    Example: rabbitq status myservice:app 6f1c0e2a9b3d4c5e8f7a6b5c4d3e2f1a --json
+    Examples:
+
+    \b
+        rabbitq status myservice:app 6f1c0e2a9b3d4c5e8f7a6b5c4d3e2f1a
+        rabbitq status myservice:app 6f1c0e2a9b3d4c5e8f7a6b5c4d3e2f1a --json
     """
     app = load_app(app_spec)
     if app.status_writer is None:
@@ -61,6 +87,9 @@ def status(
     if as_json:
         click.echo(orjson.dumps(found.to_json()).decode())
         return
-    lines = group_lines(found) if isinstance(found, GroupStatus) else history_lines(found)
+    if isinstance(found, GroupStatus):
+        lines = group_lines(found)
+    else:
+        lines = history_lines(_readable(found))
     # ids and errors come from producers: their control characters written as escapes
     click.echo("\n".join(escape(line) for line in lines))

@@ -16,12 +16,14 @@ from ..retry import RetryPolicy
 
 @dataclass(frozen=True, kw_only=True)
 class Target:
-    """One service queue: ``queues`` is ``(name, kind)`` for main, retries and DLQ."""
+    """One service queue: ``queues`` is ``(name, kind)`` for main, retries and DLQ;
+    ``types`` the message types its app handles (none known for a plain queue name)."""
 
     label: str
     queue: str
     queues: tuple[tuple[str, str], ...]
     exact: bool  # from an app's topology (every queue expected to exist)
+    types: tuple[str, ...] = ()
 
     @property
     def dlq(self) -> str:
@@ -37,6 +39,7 @@ def from_app(label: str, app: App) -> Target:
         queue=plan.main.name,
         queues=tuple((q.name, q.kind) for q in plan.queues),
         exact=True,
+        types=tuple(sorted(app.handlers)),
     )
 
 

@@ -4,7 +4,7 @@ and 4): a queue with messages or consumers is never deleted unless forced."""
 from __future__ import annotations
 
 from rabbitq._amqp.orphans import deletable
-from rabbitq._amqp.teardown import busy, refusal
+from rabbitq._amqp.teardown import STATE_KIND, busy, refusal
 from rabbitq._amqp.topology import QueueDepth
 
 
@@ -31,3 +31,11 @@ def test_delete_is_refused_naming_every_queue_that_holds_something():
 def test_empty_queues_or_force_mean_no_refusal():
     assert refusal([depth("q"), depth("q.dlq")], force=False) == ""
     assert refusal([depth("q.dlq", messages=3)], force=True) == ""
+
+
+def test_the_schedules_record_never_refuses_a_delete_but_a_consumer_on_it_does():
+    record = QueueDepth(name="q.schedules", kind=STATE_KIND, exists=True, messages=1)
+    assert busy([record]) == []
+    assert refusal([depth("q"), record], force=False) == ""
+    watched = QueueDepth(name="q.schedules", kind=STATE_KIND, exists=True, consumers=1)
+    assert busy([watched]) == [watched]

@@ -34,9 +34,9 @@ BAD_URLS = [
 
 
 def assert_bad_url_error(result: subprocess.CompletedProcess[str], words: str) -> None:
-    """The command exited 1 with one line saying the broker URL is invalid and why, and
-    without the URL's password."""
-    line = assert_one_line_error(result)
+    """The command exited 2 (bad input, before connecting) with one line saying the
+    broker URL is invalid and why, and without the URL's password."""
+    line = assert_one_line_error(result, exit_code=2)
     assert line.startswith("Error: invalid broker URL"), line
     assert words in line
     assert "s3cret" not in result.stderr + result.stdout

@@ -73,3 +73,12 @@ def test_the_bash_script_loads_and_registers_the_completion():
     )
     assert done.returncode == 0, done.stderr
     assert re.search(r"-F _rabbitq_completion .*rabbitq", done.stdout), done.stdout
+
+
+def test_dlq_reasons_complete_with_rabbitqs_and_the_brokers_reasons():
+    from rabbitq.retry import DLQ_REASONS
+
+    offered = complete("rabbitq dlq list emails --reason ")
+    assert set(DLQ_REASONS) <= set(offered) and "broker:delivery_limit" in offered
+    assert complete("rabbitq dlq purge emails --reason ex") == ["exhausted"]
+    assert complete("rabbitq dlq replay emails --reason unk") == ["unknown-type"]

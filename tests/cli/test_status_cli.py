@@ -127,7 +127,8 @@ def test_status_failures_are_one_line(spec, message):
 
 def test_status_help_has_an_example():
     result = run("status", "--help")
-    assert result.exit_code == 0 and "Example: rabbitq status" in result.output
+    assert result.exit_code == 0 and "Examples:" in result.output
+    assert "\n      rabbitq status myservice:app " in result.output  # whole, to paste
 
 
 @pytest.mark.services  # the real PostgreSQL and Redis

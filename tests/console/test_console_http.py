@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import orjson
 
-from rabbitq import App
+from rabbitq import App, Message
 
 from .broker import dead, depth, publish, take
 from .conftest import TOKEN, act, csrf_of, result, sample, sign_in, snapshot_of
@@ -312,3 +312,21 @@ def test_signing_out_ends_the_session(make_console, app, broker_url):
 
 def test_a_job_page_for_an_unknown_job_is_404(make_console):
     assert make_console().get("/jobs/nope").status_code == 404
+
+
+class _Receipt(Message, type="t.console.receipt.send"):
+    to: str
+
+
+def test_the_type_filter_suggests_a_type_of_the_apps_own_handlers(make_console, app, broker_url):
+    @app.handler(_Receipt)
+    async def send(msg: _Receipt) -> None:
+        pass
+
+    fill(broker_url, app, 1)
+    client = make_console()
+    html = client.get(f"/q/{app.queue}").text
+    assert 'name="type" value="" placeholder="t.console.receipt.send"' in html
+    assert "payment.capture" not in html
+    bad = client.get(f"/q/{app.queue}?since=yesterday-ish")  # no target on an error page
+    assert bad.status_code == 400 and 'placeholder="message.type"' in bad.text

@@ -92,7 +92,7 @@ async def test_changed_delays_name_the_old_retry_queues_and_prune_deletes_the_em
     code, out, err = await run(directory, "topology", "service:app", "--prune", "--json",
                                url=broker_url, T_QUEUE=queue, T_DELAYS="2")  # fmt: skip
     assert code == 0, err
-    rows = [orjson.loads(line) for line in out.splitlines()]
+    rows = orjson.loads(out)  # one JSON array
     assert [(r["kind"], r["name"]) for r in rows if r["kind"] in ("pruned", "kept")] == [
         ("kept", f"{queue}.retry.10m"),  # in name order
         ("pruned", f"{queue}.retry.1s"),

@@ -221,7 +221,7 @@ async def test_the_cli_declares_every_queue_with_exactly_the_designed_arguments(
     assert set(actual) == set(expected)  # exactly one retry queue per distinct delay
     for name, arguments in expected.items():
         assert actual[name] == {"durable": True, "arguments": arguments}, name
-    printed = {row["name"] for row in map(orjson.loads, out.splitlines())}
+    printed = {row["name"] for row in orjson.loads(out)}  # one JSON array
     assert set(expected) <= printed
 
 

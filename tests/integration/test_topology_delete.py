@@ -5,10 +5,12 @@ queues."""
 
 from __future__ import annotations
 
+import aio_pika
 import orjson
 import pytest
 
 from rabbitq._amqp.topology import queue_depths
+from rabbitq.schedule.plan import progress_arguments, progress_queue
 
 from .test_orphans import SERVICE, put, run
 
@@ -23,7 +25,7 @@ async def service(tmp_path, uid, connection):
     queue = f"t.{uid}.del"
     yield tmp_path, queue
     channel = await connection.channel()
-    for suffix in SUFFIXES:
+    for suffix in (*SUFFIXES, ".schedules"):
         await channel.queue_delete(queue + suffix)
     await channel.exchange_delete(queue)
     await channel.close()
@@ -70,15 +72,17 @@ async def test_delete_refuses_while_a_queue_holds_messages_then_force_deletes_ev
 
     code, out, err = await run(directory, "topology", "service:app", "--delete", "--dry-run",
                                url=broker_url, T_DELAYS="2", **env)  # fmt: skip
-    assert code == 1 and "not deleting anything" in err  # a dry run says the same
+    assert code == 0, err  # a dry run did what it was asked: it says what a delete would do
+    assert f"would refuse: not deleting anything: {queue}.dlq (1 message(s))" in out
     assert await existing(connection, queue) == everything
 
     code, out, err = await run(directory, "topology", "service:app", "--delete", "--force",
                                "--json", url=broker_url, T_DELAYS="2", **env)  # fmt: skip
     assert code == 0, err
-    rows = [orjson.loads(line) for line in out.splitlines()]
-    assert sorted(r["name"] for r in rows if "name" in r) == everything
-    assert rows[-1] == {"exchange": queue, "deleted": True}
+    done = orjson.loads(out)  # one JSON document
+    assert sorted(r["name"] for r in done["queues"]) == everything
+    assert done["exchange"] == {"name": queue, "state": "deleted"}
+    assert done["deleted"] is True and done["refusal"] is None
     assert await existing(connection, queue) == []
     assert not await exchange_exists(connection, queue)
 
@@ -103,3 +107,37 @@ async def test_delete_of_an_empty_app_needs_no_force_and_keeps_a_shared_exchange
     assert await existing(connection, queue) == []
     await channel.close()
     assert await exchange_exists(connection, queue)
+
+
+async def test_delete_takes_the_schedules_record_with_it_and_says_when_the_exchange_was_missing(
+    service, broker_url, connection
+):
+    directory, queue = service
+    env = {"T_QUEUE": queue, "T_TYPE": "quorum", "T_DELAYS": "1"}
+    code, _, err = await run(directory, "topology", "service:app", url=broker_url, **env)
+    assert code == 0, err
+    # what a scheduler leaves: <queue>.schedules holding its one progress record
+    channel = await connection.channel(publisher_confirms=True)
+    record = await channel.declare_queue(
+        progress_queue(queue), durable=True, arguments=progress_arguments("quorum")
+    )
+    await channel.default_exchange.publish(
+        aio_pika.Message(b'{"ticks": {}}'), routing_key=record.name
+    )
+    await channel.close()
+
+    code, out, err = await run(directory, "topology", "service:app", "--delete",
+                               url=broker_url, **env)  # fmt: skip
+
+    assert code == 0, err  # its one message is bookkeeping: no --force needed
+    assert f"deleted schedules queue {queue}.schedules (1 message(s))" in out
+    assert f"exchange {queue}: deleted" in out
+    depths = await queue_depths(connection, [(progress_queue(queue), "schedules")])
+    assert not depths[0].exists
+
+    code, out, err = await run(directory, "topology", "service:app", "--delete",
+                               url=broker_url, **env)  # fmt: skip
+    assert code == 0, err
+    assert "nothing to delete" in out
+    assert f"exchange {queue}: did not exist" in out
+    assert "deleted" not in out.replace("nothing to delete", "")

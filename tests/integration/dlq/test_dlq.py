@@ -477,7 +477,7 @@ async def test_purge_without_yes_off_a_terminal_refuses_and_deletes_nothing(
 
     result = await cli("purge", app.queue, "--url", broker_url)
 
-    assert result.exit_code == 1 and "without --yes" in result.output
+    assert result.exit_code == 2 and "without --yes" in result.output  # bad usage
     assert await queue_depth(connection, app.topology().dlq.name) == 3
 
 

@@ -18,6 +18,7 @@ from click.testing import CliRunner
 from rabbitq import App
 from rabbitq.cli import main
 from rabbitq.status import RedisStatus
+from rabbitq.status.model import Record
 from tests.console.broker import dead, declare_app, delete_app, publish
 from tests.helpers import REDIS_URL
 
@@ -85,3 +86,24 @@ def test_purge_and_replay_with_app_are_in_the_status(service, broker_url):
         data = orjson.loads(shown.output)
         assert data["state"] == state
         assert data["history"][-1]["detail"] == {"queue": queue}
+
+
+def test_a_retry_says_when_the_next_attempt_is_due_as_an_iso_time(service):
+    app, spec = service
+    assert app.status_writer is not None
+    store = app.status_writer.store
+    at = 1795788600.5  # 2026-11-27T14:10:00.500Z
+    retrying = Record(message_id="late-1", state="retrying", at=at, attempt=1,
+                      detail={"delay": "10s", "next_at": at + 10.22})  # fmt: skip
+
+    async def write() -> None:
+        await store.write([Record(message_id="late-1", state="received", at=at - 1), retrying])
+        await store.close()
+
+    asyncio.run(write())
+
+    shown = CliRunner().invoke(main, ["status", spec, "late-1"])
+
+    assert shown.exit_code == 0, shown.output
+    (line,) = [x for x in shown.output.splitlines() if "next_at" in x]
+    assert line.endswith("delay=10s next_at=2026-11-27T14:10:10.720Z"), line
