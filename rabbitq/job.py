@@ -61,7 +61,8 @@ class Job:
     ``handler`` (None for a type this queue has no handler for). Filled in on the way:
     ``message`` (the decoded model, once the decode stage ran), ``ctx`` (the handler's
     :class:`~rabbitq.Context`, once the attempt began), ``result`` (what the handler
-    returned). ``state`` is a dict for middleware to pass things along.
+    returned, kept when the app has middleware). ``state`` is a dict for middleware to
+    pass things along.
     """
 
     __slots__ = (

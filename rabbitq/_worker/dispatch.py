@@ -14,8 +14,9 @@ worker (:mod:`rabbitq._worker.lifecycle`) settles the outcome with the broker, a
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 from concurrent.futures import Executor
 from typing import Any
 
@@ -88,10 +89,23 @@ def compose(stages: Sequence[Stage], last: Next) -> Next:
     return call
 
 
-async def decode(job: Job, call_next: Next) -> Outcome:
+async def answered(outcome: Outcome) -> Outcome:
+    """``outcome`` as the awaitable a stage returns when it answers without awaiting
+    anything (a stage that passes the job on returns ``call_next(job)`` itself: no
+    coroutine of its own on the hot path)."""
+    return outcome
+
+
+def decode(job: Job, call_next: Next) -> Awaitable[Outcome]:
     """The core's first stage: no handler -> dead letter ``unknown-type``; a body over
     ``max_body_size`` (checked before parsing: a huge body must not cost a parse) or
-    one that is not a valid model -> dead letter ``invalid``; else ``job.message``."""
+    one that is not a valid model -> dead letter ``invalid``; else ``job.message``,
+    and the rest of the list."""
+    outcome = _undecodable(job)
+    return call_next(job) if outcome is None else answered(outcome)
+
+
+def _undecodable(job: Job) -> Outcome | None:
     handler = job.handler
     if handler is None:
         error = f"UnknownType: no handler for type {job.type_name!r} on queue {job.queue!r}"
@@ -112,13 +126,18 @@ async def decode(job: Job, call_next: Next) -> Outcome:
         job.message = decode_body(body, handler.model)
     except DecodeError as exc:
         return Outcome(DeadLetter(INVALID), job.type_name, job.attempt, error=h.format_error(exc))
-    return await call_next(job)
+    return None
 
 
 async def cannot_send(follow_ups: Any) -> None:
     """The ``send`` of a list run where nothing can be published."""
     if follow_ups:
         raise ConfigurationError("ctx.publish() needs a worker (or rabbitq.testing) to send")
+
+
+async def _keeping(job: Job, call: Any) -> Any:
+    result = job.result = await call()
+    return result
 
 
 # A key busy elsewhere, for a handler without retry tiers, is claimed again this often.
@@ -136,17 +155,20 @@ class Attempt:
     propagates for the worker to return the message.
     """
 
-    __slots__ = ("executor", "outbox", "send")
+    __slots__ = ("executor", "keep_result", "outbox", "send")
 
     def __init__(
         self,
         send: Send = cannot_send,
         outbox: Any = None,
         executor: Executor | HandlerPool | None = None,
+        *,
+        keep_result: bool = False,
     ) -> None:
         self.send = send
         self.outbox = outbox
         self.executor = executor
+        self.keep_result = keep_result
 
     async def __call__(self, job: Job) -> Outcome:
         handler = job.handler
@@ -179,18 +201,15 @@ class Attempt:
         return Outcome(ACK, type_name, attempt, time.perf_counter() - started)
 
     def call(self, job: Job, handler: Handler, ctx: Context) -> Any:
-        """The handler call, inside the wrappers stages asked for (``job.wrap_call``)."""
-        executor = self.executor
-        message = job.message
-
-        async def call() -> Any:
-            result = job.result = await call_handler(handler, message, ctx, executor)
-            return result
-
-        wrapped: Any = call
+        """The handler call, inside the wrappers stages asked for (``job.wrap_call``);
+        with :attr:`keep_result` (the app has middleware, which may read it) the
+        handler's return value is kept in ``job.result``."""
+        call: Any = functools.partial(call_handler, handler, job.message, ctx, self.executor)
+        if self.keep_result:
+            call = functools.partial(_keeping, job, call)
         for wrapper in job.wrappers or ():
-            wrapped = wrapper(wrapped, ctx)
-        return wrapped
+            call = wrapper(call, ctx)
+        return call
 
     def context(self, job: Job, handler: Handler) -> Context:
         """The handler's ``ctx``; the idempotency key is the handler's (it may raise)."""

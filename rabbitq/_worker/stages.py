@@ -131,7 +131,7 @@ def for_worker(
     handlers = list(handlers)
     stages = [s for s in before if s is not None]
     stages += _core(handlers, chords, send, middleware, batches)
-    return Pipeline(stages, Attempt(send, outbox, executor))
+    return Pipeline(stages, Attempt(send, outbox, executor, keep_result=bool(middleware)))
 
 
 def for_testing(
@@ -144,4 +144,5 @@ def for_testing(
 ) -> Pipeline:
     """``rabbitq.testing``'s list: the worker's without its broker-bound stages."""
     handlers = list(handlers)
-    return Pipeline(_core(handlers, None, send, middleware, batches), Attempt(send, outbox))
+    last = Attempt(send, outbox, keep_result=bool(middleware))
+    return Pipeline(_core(handlers, None, send, middleware, batches), last)

@@ -219,6 +219,10 @@ def flow_of(
     )
 
 
+# The headers that make a delivery a workflow's (flow_of reads them).
+_WORKFLOW_HEADERS = frozenset({h.GROUP, h.CALLBACK_OF, wire.CHAIN})
+
+
 class WorkflowStage:
     """The stage of workflows, in every app's list before the decode stage (a chain's
     step can arrive at any queue): a delivery with no workflow header, in an app
@@ -235,7 +239,13 @@ class WorkflowStage:
         self.chords = chords
         self.send = send
 
-    async def __call__(self, job: Job, call_next: Next) -> Outcome:
+    def __call__(self, job: Job, call_next: Next) -> Awaitable[Outcome]:
+        headers = job.delivery.headers
+        if self.chords is None and (not headers or not _WORKFLOW_HEADERS & headers.keys()):
+            return call_next(job)  # the fast path: no coroutine of its own
+        return self._run(job, call_next)
+
+    async def _run(self, job: Job, call_next: Next) -> Outcome:
         try:
             flow = flow_of(job.headers, lambda: job.message_id, self.chords, self.send)
         except PermanentError as exc:  # a malformed workflow header: dead-lettered
