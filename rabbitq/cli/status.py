@@ -4,9 +4,6 @@ progress (docs/status.md)."""
 from __future__ import annotations
 
 import asyncio
-from dataclasses import replace
-from datetime import UTC, datetime
-from typing import Any
 
 import click
 import orjson
@@ -27,25 +24,6 @@ async def _read(app: App, message_id: str) -> MessageStatus | GroupStatus | None
         return await app.status(message_id)
     finally:
         await app.status_writer.store.close()
-
-
-def _iso(key: str, value: Any) -> Any:
-    """A detail's time (``next_at``: seconds since the epoch) as ISO 8601 in UTC, to the
-    millisecond; any other value as it is."""
-    if key.endswith("_at") and isinstance(value, int | float) and not isinstance(value, bool):
-        moment = datetime.fromtimestamp(value, UTC).isoformat(timespec="milliseconds")
-        return moment.replace("+00:00", "Z")
-    return value
-
-
-def _readable(found: MessageStatus) -> MessageStatus:
-    """``found`` with the times in its entries' details written as ISO 8601."""
-    return replace(
-        found,
-        history=tuple(
-            replace(e, detail={k: _iso(k, v) for k, v in e.detail.items()}) for e in found.history
-        ),
-    )
 
 
 @click.command("status")
@@ -90,6 +68,6 @@ def status(
     if isinstance(found, GroupStatus):
         lines = group_lines(found)
     else:
-        lines = history_lines(_readable(found))
+        lines = history_lines(found)
     # ids and errors come from producers: their control characters written as escapes
     click.echo("\n".join(escape(line) for line in lines))

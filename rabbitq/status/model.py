@@ -162,8 +162,17 @@ def short_error(error: str | None) -> str | None:
 
 
 def detail_text(detail: Mapping[str, Any]) -> str:
-    """A history entry's detail as one line: ``key=value`` pairs, None values left out."""
-    return " ".join(f"{k}={v}" for k, v in detail.items() if v is not None)
+    """A history entry's detail as one line: ``key=value`` pairs, None values left out,
+    a time (``next_at``: seconds since the epoch) as ISO 8601 in UTC, to the millisecond
+    (the CLI and the console show the same text)."""
+    return " ".join(f"{k}={_readable(k, v)}" for k, v in detail.items() if v is not None)
+
+
+def _readable(key: str, value: Any) -> Any:
+    if key.endswith("_at") and isinstance(value, int | float) and not isinstance(value, bool):
+        moment = datetime.fromtimestamp(value, UTC).isoformat(timespec="milliseconds")
+        return moment.replace("+00:00", "Z")
+    return value
 
 
 def history_lines(status: MessageStatus) -> list[str]:

@@ -87,3 +87,10 @@ def test_long_errors_are_cut():
     assert short_error(None) is None
     cut = short_error("x" * 2000)
     assert cut is not None and len(cut) == 500
+
+
+def test_a_details_time_reads_as_iso_8601_in_utc():
+    from rabbitq.status.model import detail_text
+
+    text = detail_text({"next_at": 1795788608.72, "delay": "1s", "gone": None})
+    assert text == "next_at=2026-11-27T14:10:08.720Z delay=1s"
