@@ -48,10 +48,10 @@ def service(tmp_path: Path):
 
 
 def depth(cwd: Path) -> int:
-    """The main queue's depth, as ``rabbitq stats --json`` reads it (one object a line)."""
+    """The main queue's depth, as ``rabbitq stats --json`` reads it (one JSON array)."""
     result = run_cli("stats", "service:app", "--json", cwd=cwd)
     assert result.returncode == 0, result.stderr
-    rows = [json.loads(line) for line in result.stdout.splitlines()]
+    rows = json.loads(result.stdout)
     (main,) = [r for r in rows if r["kind"] == "main"]
     return int(main["messages"])
 
