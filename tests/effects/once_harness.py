@@ -102,6 +102,7 @@ class OnceRun:
         fail_first: bool = False,
         slow: float = 0.03,
         prefetch: int = 16,
+        timeout: float | None = None,
     ) -> None:
         self.mode = mode
         self.prefix = prefix
@@ -129,6 +130,7 @@ class OnceRun:
             "ONCE_FAIL_FIRST": "1" if fail_first else "",
             "ONCE_SLOW": str(slow),
             "ONCE_PREFETCH": str(prefetch),
+            "ONCE_TIMEOUT": "" if timeout is None else str(timeout),
         }
         self.url = broker_url
         self.workers: list[subprocess.Popen[bytes]] = []

@@ -29,7 +29,10 @@ from rabbitq.effects import Outbox, PostgresStore, RedisStore
 
 PG = os.environ.get("ONCE_PG", "postgresql://postgres@127.0.0.1:5432/test")
 REDIS = os.environ.get("ONCE_REDIS", "redis://127.0.0.1:6379/0")
-HANDLER_TIMEOUT = 2.0
+# The handlers' timeout (and so the claims' lease: it plus 5 s): short, so that a key whose
+# worker was killed is free again soon; ONCE_TIMEOUT gives a test without kills a long
+# one, where a handler stopped at its timeout after its effect would repeat the effect.
+HANDLER_TIMEOUT = float(os.environ.get("ONCE_TIMEOUT") or "2.0")
 
 
 class Pay(Message, type="once.pay"):
