@@ -390,7 +390,7 @@ class Worker:
             )
         try:
             return await call_next(job)
-        finally:
+        finally:  # out of its handler now (and again in _handle: it may never get here)
             self._handling.discard(asyncio.current_task())
             self.hooks.handler_finished(self._queue_name)
 

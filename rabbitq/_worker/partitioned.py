@@ -40,7 +40,7 @@ from .._amqp.connection import connect_once
 from .._amqp.topology import queue_depths
 from ..app import App
 from ..errors import ConfigurationError
-from ..hooks import Hooks
+from ..hooks import Hooks, combine
 from .lifecycle import Worker
 from .stopping import run_until_stopped
 
@@ -81,13 +81,14 @@ class PartitionedWorker:
         self.whole = app
         self.home = sorted(home) if home else list(range(app.partitions))
         self._seen = _Seen()
-        first = self._worker(self.home[0], options, extra=self._seen)
-        self._options = {**options, "hooks": [first.hooks, self._seen]}
+        self._hooks = combine(options.get("hooks"))  # the caller's; _seen rides beside
+        self._options = {**options, "hooks": [self._hooks, self._seen]}
+        first = self._worker(self.home[0])
         self.first = first
         self.partitions: dict[int, Worker] = {self.home[0]: first}
         for index in range(app.partitions):
             if index != self.home[0]:
-                self.partitions[index] = self._worker(index, self._options)
+                self.partitions[index] = self._worker(index)
         self.standby_delay = standby_delay
         self.rebalance_interval = rebalance_interval
         self.grace_period = first.grace_period
@@ -98,12 +99,8 @@ class PartitionedWorker:
         self._stopping = False
         self.yielded = 0  # stand-by partitions given back to the line (rebalance)
 
-    def _worker(self, index: int, options: dict[str, Any], extra: Hooks | None = None) -> Worker:
-        if extra is not None:
-            hooks = options.get("hooks")
-            listed = hooks if isinstance(hooks, list) else ([hooks] if hooks else [])
-            options = {**options, "hooks": [*listed, extra]}
-        worker = Worker(self.whole.partition(index), **options)
+    def _worker(self, index: int) -> Worker:
+        worker = Worker(self.whole.partition(index), **self._options)
         worker.consume_args["x-priority"] = HOME_PRIORITY if index in self.home else 0
         return worker
 
@@ -126,8 +123,8 @@ class PartitionedWorker:
 
     @property
     def hooks(self) -> Hooks:
-        """The hooks every partition reports to."""
-        return self.first.hooks
+        """The hooks every partition reports to (the caller's)."""
+        return self._hooks
 
     @property
     def topology(self) -> Any:
@@ -216,7 +213,7 @@ class PartitionedWorker:
         self._started.remove(worker)
         await _stop_all([worker])
         self._seen.forget(worker.app.queue)
-        fresh = self.partitions[index] = self._worker(index, self._options)
+        fresh = self.partitions[index] = self._worker(index)
         self.yielded += 1
         try:
             await self._start(fresh)

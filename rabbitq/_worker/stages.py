@@ -46,38 +46,32 @@ class Pipeline:
     def __init__(self, stages: Sequence[Stage], last: Attempt) -> None:
         self.stages = tuple(stages)
         self.run: Next = compose(self.stages, last)
-        self.arrivals: tuple[Callable[[Job], Any], ...] = tuple(
-            s.arrive for s in self.stages if hasattr(s, "arrive")
-        )
+        self.arrivals: tuple[Callable[[Job], Any], ...] = tuple(self._parts("arrive"))
 
     def stop(self) -> None:
         """The worker stops taking deliveries: every stage lets its waiting ones go."""
-        for stage in self.stages:
-            stop = getattr(stage, "stop", None)
-            if stop is not None:
-                stop()
+        for stop in self._parts("stop"):
+            stop()
 
     def freeze(self) -> None:
         """Start nothing more (a partition's worker stopping in order): each stage that
         holds deliveries (ordering) keeps them unstarted."""
-        for stage in self.stages:
-            freeze = getattr(stage, "freeze", None)
-            if freeze is not None:
-                freeze()
+        for freeze in self._parts("freeze"):
+            freeze()
 
     async def idle(self) -> None:
         """Until no stage that holds deliveries has one inside the rest of the list."""
-        for stage in self.stages:
-            idle = getattr(stage, "idle", None)
-            if idle is not None:
-                await idle.wait()
+        for idle in self._parts("idle"):
+            await idle.wait()
 
     async def aclose(self) -> None:
         """The worker closes: every stage closes what it holds."""
-        for stage in self.stages:
-            aclose = getattr(stage, "aclose", None)
-            if aclose is not None:
-                await aclose()
+        for aclose in self._parts("aclose"):
+            await aclose()
+
+    def _parts(self, name: str) -> list[Any]:
+        """The stages' ``name`` attributes, for the stages that have one."""
+        return [part for s in self.stages if (part := getattr(s, name, None)) is not None]
 
 
 class _Guarded:
