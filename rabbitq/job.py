@@ -218,10 +218,10 @@ Next = Callable[[Job], Awaitable[Outcome]]
 Stage = Callable[[Job, Next], Awaitable[Outcome]]
 """One step of a delivery: ``async (job, call_next) -> Outcome``."""
 
-DELIVERY_ORDER = ("control", "fetch", "decrypt")
+DELIVERY_ORDER = ("cancelled", "superseded", "fetch", "decrypt")
 """The stages an app's capabilities add before the decode stage (``App.delivery_stages``),
-by their ``name``, in the order they run: the control of queued work (cancelled,
-superseded), the large payload fetched from its blob store, the body decrypted; the
+by their ``name``, in the order they run: a cancelled message acked unrun, a debounced
+one superseded by a later publish acked unrun, the large payload fetched from its blob store, the body decrypted; the
 reverse of the publisher's steps (:data:`rabbitq._amqp.outgoing.STEP_ORDER`)."""
 
 

@@ -7,16 +7,17 @@ In the worker (:func:`for_worker`)::
     running     the in-handler count and hooks   worker/lifecycle.py     always
     breaker     an open circuit requeues         worker/breaker_guard.py handlers with a breaker
     ordering    one message of a key at a time   worker/ordering.py      ordered handlers
-    control     cancelled, superseded            App(...) capabilities   as the app uses
-    fetch       a large payload's blob           App.delivery_stages     them, in
-    decrypt     an encrypted body                (job.DELIVERY_ORDER)    this order
+    cancelled   a cancelled message, acked       App(...) capabilities   as the app uses
+    superseded  a debounced one, acked           App.delivery_stages     them, in
+    fetch       a large payload's blob           (job.DELIVERY_ORDER)    this order
+    decrypt     an encrypted body
     workflow    chains and chords                workflow/steps.py       always (cheap)
     decode      unknown type, invalid body       worker/dispatch.py      always
     middleware  the app's own                    App(middleware=[...])   as given
     batch       waits for its batch              worker/batching.py      batch handlers
     attempt     once per key, the handler        worker/dispatch.py      always (the last)
 
-``rabbitq.testing`` runs :func:`for_testing`: the same list from ``control`` on, without
+``rabbitq.testing`` runs :func:`for_testing`: the same list from ``cancelled`` on, without
 a broker (a batch handler's message runs as a batch of one).
 
 A stage may also take part in the worker's lifecycle, by having any of:
