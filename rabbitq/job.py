@@ -221,8 +221,9 @@ Stage = Callable[[Job, Next], Awaitable[Outcome]]
 DELIVERY_ORDER = ("cancelled", "superseded", "fetch", "decrypt")
 """The stages an app's capabilities add before the decode stage (``App.delivery_stages``),
 by their ``name``, in the order they run: a cancelled message acked unrun, a debounced
-one superseded by a later publish acked unrun, the large payload fetched from its blob store, the body decrypted; the
-reverse of the publisher's steps (:data:`rabbitq._amqp.outgoing.STEP_ORDER`)."""
+one superseded by a later publish acked unrun, the large payload fetched from its blob
+store, the body decrypted; the reverse of the publisher's steps
+(:data:`rabbitq._amqp.outgoing.STEP_ORDER`)."""
 
 
 def add_stage(stages: Sequence[Stage], stage: Stage) -> tuple[Stage, ...]:
