@@ -6,7 +6,8 @@ Every process that runs schedules (each worker unless ``--no-schedules``, and
 queue ``<queue>.schedules.lease``. The broker lets one connection declare it; the
 others are refused (``RESOURCE_LOCKED``) and try again every second. The broker
 deletes the queue when its connection closes (the process died, the network dropped
-it, heartbeats stopped), and the next contender leads. No other service is involved.
+it, heartbeats stopped: :data:`LEASE_HEARTBEAT`), and the next contender leads. No
+other service is involved.
 
 The leader reads the progress record (``<queue>.schedules``: through which tick each
 schedule was handled), publishes the missed ticks its ``catch_up`` allows, and then
@@ -50,6 +51,11 @@ log = logging.getLogger("rabbitq.schedule")
 T = TypeVar("T")
 
 LEASE_RETRY = 1.0  # seconds between attempts to take the lease
+# The AMQP heartbeat of the lease's connection (unless the URL sets ?heartbeat=): the
+# broker closes a silent connection, and so frees the lease of a frozen or cut-off
+# leader, two to three heartbeats after its last frame (10-15 s; 30-45 s with the
+# connections' 15 s).
+LEASE_HEARTBEAT = 5
 MAX_SLEEP = 5.0  # the loop looks at the wall clock at least this often
 # What ends a leadership (the scheduler then contends again): the broker's errors, a
 # lost connection, a commit not confirmed in time. (aiormq reports a channel whose
@@ -140,7 +146,10 @@ class Scheduler:
         while True:
             try:
                 connection = await connect_once(
-                    self.url, name=f"rabbitq scheduler {self.app.queue}", tls=self.tls
+                    self.url,
+                    name=f"rabbitq scheduler {self.app.queue}",
+                    tls=self.tls,
+                    heartbeat=LEASE_HEARTBEAT,
                 )
             except BrokerUnavailable as exc:
                 self._note(exc)
