@@ -92,8 +92,9 @@ class Heartbeat:
         :func:`first_ttl` of ``lease``) alive until it is dropped or its lease ends."""
         claim.valid_until = sent + first_ttl(lease, self.ttl)
         self._held[claim.token] = (claim, sent + lease)
-        if self._task is None or self._task.done():
-            self._task = asyncio.get_running_loop().create_task(self._run())
+        loop = asyncio.get_running_loop()
+        if self._task is None or self._task.done() or self._task.get_loop() is not loop:
+            self._task = loop.create_task(self._run())  # (a store used on a new loop)
 
     def drop(self, claim: Claim) -> None:
         """Stop renewing ``claim`` (done, released, or given up)."""
