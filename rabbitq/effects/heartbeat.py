@@ -7,8 +7,8 @@ one statement (PostgreSQL) or one script call (Redis) per store. A worker killed
 last renewal, instead of the handler's timeout plus 5 s (305 s by default).
 
 A claim is still bounded by its *lease* (the handler's timeout plus 5 s, see
-:func:`~rabbitq.effects.store.lease_for`): it is never renewed past it, so a claim
-that no handler settles lapses as it did before.
+:func:`~rabbitq.effects.store.lease_for`; none for a handler without a timeout): it is
+never renewed past it, so a claim that no handler settles lapses then.
 
 The once-only proof does not rest on the heartbeat reaching the store:
 

@@ -32,9 +32,10 @@ from ..errors import ConfigurationError, RabbitqError
 log = logging.getLogger("rabbitq.worker")  # closing stores is the worker's last step
 
 DEFAULT_RETENTION = 7 * 24 * 3600.0  # seconds a done key is remembered
-# The lease of a handler without a timeout, and the margin added to a handler's timeout:
-# the worker gives up on the handler at its timeout, then needs a moment to release.
-DEFAULT_LEASE = 300.0
+# The lease of a handler without a timeout (no bound: the stores' heartbeat keeps its
+# claim for as long as it runs), and the margin added to a handler's timeout: the worker
+# gives up on the handler at its timeout, then needs a moment to release.
+DEFAULT_LEASE = math.inf
 LEASE_MARGIN = 5.0
 
 
@@ -96,7 +97,10 @@ class IdempotencyStore(Protocol):
         """Release connections and background tasks."""
 
     async def claim(self, key: str, *, lease: float) -> Claim:
-        """Take ``key`` for ``lease`` seconds unless it is done or leased elsewhere."""
+        """Take ``key`` for at most ``lease`` seconds (infinite for a handler without a
+        timeout) unless it is done or leased elsewhere; a store keeps the claim alive
+        with a heartbeat (:mod:`rabbitq.effects.heartbeat`), so that it lapses soon
+        after its process dies."""
         ...
 
     async def done(self, claim: Claim) -> bool:
@@ -110,8 +114,9 @@ class IdempotencyStore(Protocol):
 def lease_for(timeout: float | None, default: float = DEFAULT_LEASE) -> float:
     """The longest a claim is held for a handler with ``timeout``: the worker stops the
     handler at its timeout, so a lease a little longer is never outlived by a live
-    handler. A store with a heartbeat claims for a short TTL within it and renews the
-    claim while its process lives, so that a killed worker frees its keys in seconds."""
+    handler; infinite without a timeout. A store with a heartbeat claims for a short TTL
+    within it and renews the claim while its process lives, so that a killed worker frees
+    its keys in seconds."""
     return (default if timeout is None else timeout) + LEASE_MARGIN
 
 

@@ -14,11 +14,14 @@ from rabbitq.effects import StoreUnavailable
 from rabbitq.effects import heartbeat as hb
 from rabbitq.effects.guard import Effects, run_once
 from rabbitq.effects.heartbeat import Heartbeat, held, renewal_ttl, time_left
-from rabbitq.effects.store import BUSY, NEW, Claim, LeaseLost
+from rabbitq.effects.store import BUSY, NEW, Claim, LeaseLost, lease_for
 
 
 def test_a_claim_is_renewed_for_the_ttl_but_never_past_its_lease() -> None:
     assert hb.first_ttl(305, 15) == 15 and hb.first_ttl(7, 15) == 7
+    # A handler without a timeout: no bound, renewed for as long as it runs.
+    assert lease_for(None) == math.inf and hb.first_ttl(lease_for(None), 15) == 15
+    assert renewal_ttl(now=1e6, hold_until=lease_for(None), ttl=15) == 15
     assert renewal_ttl(now=100, hold_until=400, ttl=15) == 15
     assert renewal_ttl(now=100, hold_until=104, ttl=15) == 4
     assert renewal_ttl(now=100, hold_until=99, ttl=15) <= 0  # over: not renewed
