@@ -152,13 +152,9 @@ class Worker:
         # One stage list for every delivery, built once (worker/stages.py lists them).
         self.pipeline = for_worker(
             self._handlers.values(),
-            before=(
-                self.admission or None,
-                self._running,
-                self.breakers,
-                self.ordering,
-            ),
+            before=(self.admission or None, self._running, self.breakers, self.ordering),
             middleware=app.middleware,
+            capabilities=app.delivery_stages,
             batches=self.batches,
             send=self._send_follow_ups,
             outbox=app.outbox,
