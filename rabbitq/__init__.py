@@ -34,6 +34,7 @@ from .errors import (
     RetryLater,
     TopologyMismatch,
     Unroutable,
+    WorkflowIdInUse,
 )
 from .handler import Handler
 from .hooks import Hooks
@@ -86,6 +87,7 @@ __all__ = [
     "TopologyMismatch",
     "Unroutable",
     "Worker",
+    "WorkflowIdInUse",
     "__version__",
     "chain",
     "chord",

@@ -18,6 +18,7 @@ from ..settings import TLS
 from . import dlq_view as view
 from .common import friendly_errors, tls_options, url_option
 from .dlq_options import (
+    app_option,
     app_seams,
     filter_options,
     filters_from,
@@ -27,6 +28,7 @@ from .dlq_options import (
     plain_console,
     report_interruption,
     run_call,
+    unblock_option,
 )
 
 
@@ -141,15 +143,11 @@ def show(queue: str, message_id: str, as_json: bool, url: str | None, tls: TLS |
 @limit_option()
 @click.option("--to", metavar="QUEUE", help="Send to this queue instead of rabbitq-queue.")
 @click.option("--dry-run", is_flag=True, help="Show what would move; move nothing.")
+@unblock_option
 @click.option(
     "--rate", type=click.FloatRange(min=0, min_open=True), help="At most N messages per second."
 )
-@click.option(
-    "--app",
-    "app_spec",
-    metavar="MODULE:APP",
-    help="Trace each replay with this app's tracing and status (App(tracing=, status=)).",
-)
+@app_option("Trace each replay with this app's tracing and status (App(tracing=, status=)).")
 @json_lines_option
 @url_option
 @tls_options
@@ -160,6 +158,7 @@ def replay(
     limit: int | None,
     to: str | None,
     dry_run: bool,
+    unblock: bool,
     rate: float | None,
     app_spec: str | None,
     as_json: bool,
@@ -180,6 +179,7 @@ def replay(
     \b
         rabbitq dlq replay emails --type email.send --since 1h --dry-run
         rabbitq dlq replay emails --type email.send --since 1h --rate 50
+        rabbitq dlq replay ledger --message-id 6f1c0e2a --unblock
     """
     filters = filters_from(kwargs)
     tracing, _ = app_seams(app_spec)
@@ -199,6 +199,7 @@ def replay(
                 rate=rate,
                 on_progress=progress,
                 tracing=tracing,
+                unblock=unblock,
             ),
         )
     if dry_run:
@@ -321,12 +322,7 @@ def import_(
 @limit_option()
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation (needed without a TTY).")
 @click.option("--dry-run", is_flag=True, help="Count what would be deleted; delete nothing.")
-@click.option(
-    "--app",
-    "app_spec",
-    metavar="MODULE:APP",
-    help="Record deletions in its status store, delete their large payloads (docs/dlq.md).",
-)
+@app_option("Record deletions in its status store, delete their large payloads (docs/dlq.md).")
 @json_lines_option
 @url_option
 @tls_options

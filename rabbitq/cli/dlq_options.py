@@ -121,6 +121,24 @@ def limit_option(
     )
 
 
+def app_option(help: str) -> Callable[[F], F]:
+    """``--app MODULE:APP`` (as ``app_spec``): whose tracing or status to record with."""
+    return click.option("--app", "app_spec", metavar="MODULE:APP", help=help)
+
+
+unblock_option = click.option(
+    "--unblock",
+    is_flag=True,
+    help=(
+        "Let each replayed message lift its key's block (handlers with ordered_by and "
+        'on_dead="block") even if it is not the message that blocked it: an explicit '
+        "operator action, e.g. after purging that message. Without it, only the "
+        "message that blocked a key unblocks it; the others go back to the DLQ as "
+        "'blocked', behind it and in order."
+    ),
+)
+
+
 def run_call(
     url: str | None,
     tls: TLS | None,
