@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
 from types import EllipsisType
@@ -17,6 +18,7 @@ from ._amqp.partition_plan import plan_partition
 from ._amqp.partitions import check_partitions, partition_queue
 from ._amqp.publisher import DEFAULT_TIMEOUT as DEFAULT_PUBLISH_TIMEOUT
 from ._amqp.publisher import Publisher
+from ._amqp.sync_publisher import SyncPublisher
 from ._amqp.topology import DEFAULT_DELIVERY_LIMIT, DEFAULT_QUEUE_TYPE, QueueType, Topology, plan
 from .backends.defaults import Backend, app_stores
 from .batch import DEFAULT_MAX_SIZE, DEFAULT_MAX_WAIT, BatchLimits
@@ -197,9 +199,8 @@ class App:
         for their turn without using a handler slot, and are never retried or
         dead-lettered for it (see docs/providers.md).
 
-        ``idempotency`` overrides the app's
-        store (None: none); ``key`` maps the message to its idempotency key (default:
-        ``ctx.message_id``), e.g. ``key=lambda m: m.payment_id``.
+        ``idempotency`` overrides the app's store (None: none); ``key`` maps the message
+        to its idempotency key (default: ``ctx.message_id``), e.g. ``key=lambda m: m.id``.
 
         ``ordered_by=lambda m: m.account_id``: messages with the same key run one at a
         time, in delivery order, a failed one retried in the worker before the next
@@ -274,17 +275,11 @@ class App:
         attempt count) or returns a :class:`~rabbitq.BatchResult` (those it names failed,
         the rest succeeded). ``timeout`` is per batch; with an ``idempotency`` store,
         messages whose ``key`` is done or repeated in the batch are acked as duplicates
-        before the call. ``max_size`` must fit in the app's prefetch.
-        """
+        before the call. ``max_size`` must fit in the app's prefetch."""
         register: Callable[[HandlerFn], HandlerFn] = self.handler(
-            model,
-            retry=retry,
-            timeout=timeout,
-            max_body_size=max_body_size,
-            breaker=breaker,
-            idempotency=idempotency,
-            key=key,
-        )
+            model, retry=retry, timeout=timeout, max_body_size=max_body_size, breaker=breaker,
+            idempotency=idempotency, key=key,
+        )  # fmt: skip
         limits = BatchLimits(max_size, max_wait)
         limits.check_prefetch(model.type_name(), self.prefetch)
 
@@ -378,16 +373,12 @@ class App:
         retry_for: float | None = None,
         timeout: float = DEFAULT_PUBLISH_TIMEOUT,
     ) -> Publisher:
-        """An async context manager that publishes with confirms::
-
-        async with app.publisher() as pub:
-            await pub.publish(SendEmail(...))
-
+        """An async context manager that publishes with confirms:
+        ``async with app.publisher() as pub: await pub.publish(SendEmail(...))``.
         ``hooks`` observe each publish (a :class:`~rabbitq.Metrics` counts them).
         ``retry_for=S`` keeps retrying for up to S seconds while the broker is
         unreachable (see :class:`~rabbitq.Publisher`); by default a publish fails at once.
-        ``timeout`` bounds the wait for one confirm (a blocked broker; default 60 s).
-        """
+        ``timeout`` bounds the wait for one confirm (a blocked broker; default 60 s)."""
         return Publisher(
             self,
             url=self.resolved_url(url),
@@ -397,3 +388,10 @@ class App:
             timeout=timeout,
         )
 
+    def sync_publisher(self, *, url: str | None = None, tls: TLS | None = None,
+                       hooks: Hooks | list[Hooks] | None = None, retry_for: float | None = None,
+                       timeout: float = DEFAULT_PUBLISH_TIMEOUT) -> SyncPublisher:  # fmt: skip
+        """:meth:`publisher` (the same options) for synchronous code, one per process for
+        all its threads: ``pub.publish(msg)`` blocks until confirmed (docs/control.md)."""
+        return SyncPublisher(functools.partial(self.publisher, url=url, tls=tls, hooks=hooks,
+                                               retry_for=retry_for, timeout=timeout))  # fmt: skip
