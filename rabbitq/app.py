@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import functools
 from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
 from types import EllipsisType
@@ -18,7 +17,7 @@ from ._amqp.partition_plan import plan_partition
 from ._amqp.partitions import check_partitions, partition_queue
 from ._amqp.publisher import DEFAULT_TIMEOUT as DEFAULT_PUBLISH_TIMEOUT
 from ._amqp.publisher import Publisher
-from ._amqp.sync_publisher import SyncPublisher
+from ._amqp.sync_publisher import for_sync_code
 from ._amqp.topology import DEFAULT_DELIVERY_LIMIT, DEFAULT_QUEUE_TYPE, QueueType, Topology, plan
 from .backends.defaults import Backend, app_stores
 from .batch import DEFAULT_MAX_SIZE, DEFAULT_MAX_WAIT, BatchLimits
@@ -199,8 +198,8 @@ class App:
         for their turn without using a handler slot, and are never retried or
         dead-lettered for it (see docs/providers.md).
 
-        ``idempotency`` overrides the app's store (None: none); ``key`` maps the message
-        to its idempotency key (default: ``ctx.message_id``), e.g. ``key=lambda m: m.id``.
+        ``idempotency`` overrides the app's store (None: none); ``key`` maps the message to
+        its idempotency key (default: ``ctx.message_id``), e.g. ``lambda m: m.payment_id``.
 
         ``ordered_by=lambda m: m.account_id``: messages with the same key run one at a
         time, in delivery order, a failed one retried in the worker before the next
@@ -277,9 +276,14 @@ class App:
         messages whose ``key`` is done or repeated in the batch are acked as duplicates
         before the call. ``max_size`` must fit in the app's prefetch."""
         register: Callable[[HandlerFn], HandlerFn] = self.handler(
-            model, retry=retry, timeout=timeout, max_body_size=max_body_size, breaker=breaker,
-            idempotency=idempotency, key=key,
-        )  # fmt: skip
+            model,
+            retry=retry,
+            timeout=timeout,
+            max_body_size=max_body_size,
+            breaker=breaker,
+            idempotency=idempotency,
+            key=key,
+        )
         limits = BatchLimits(max_size, max_wait)
         limits.check_prefetch(model.type_name(), self.prefetch)
 
@@ -388,10 +392,6 @@ class App:
             timeout=timeout,
         )
 
-    def sync_publisher(self, *, url: str | None = None, tls: TLS | None = None,
-                       hooks: Hooks | list[Hooks] | None = None, retry_for: float | None = None,
-                       timeout: float = DEFAULT_PUBLISH_TIMEOUT) -> SyncPublisher:  # fmt: skip
-        """:meth:`publisher` (the same options) for synchronous code, one per process for
-        all its threads: ``pub.publish(msg)`` blocks until confirmed (docs/control.md)."""
-        return SyncPublisher(functools.partial(self.publisher, url=url, tls=tls, hooks=hooks,
-                                               retry_for=retry_for, timeout=timeout))  # fmt: skip
+    sync_publisher = for_sync_code(publisher)
+    """:meth:`publisher`'s options, for synchronous code: a :class:`~rabbitq.SyncPublisher`,
+    one per process for all its threads; its ``publish`` blocks until confirmed."""

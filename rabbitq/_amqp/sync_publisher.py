@@ -23,12 +23,16 @@ so every thread of a web server can share the one publisher and its one connecti
 A blocking method is the async publisher's method through :func:`blocking`, so it takes
 exactly the same arguments, whatever keywords ``Publisher.publish`` gains; any other
 coroutine taking the open publisher first goes through :meth:`SyncPublisher._call`.
+``App.sync_publisher`` is ``App.publisher`` through :func:`for_sync_code`: the same
+options, typed the same way.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import inspect
 import os
 import threading
 import weakref
@@ -41,6 +45,7 @@ from .publisher import Publisher
 
 P = ParamSpec("P")
 T = TypeVar("T")
+A = TypeVar("A")
 
 CLOSED = (
     "nothing was sent: this sync publisher is closed (close() or the end of its with "
@@ -68,7 +73,26 @@ def blocking(
 
     call.__name__ = call.__qualname__ = method.__name__
     call.__doc__ = method.__doc__
+    call.__signature__ = inspect.signature(method)  # type: ignore[attr-defined]
     return call
+
+
+def for_sync_code(
+    publisher: Callable[Concatenate[A, P], Publisher],
+) -> Callable[Concatenate[A, P], SyncPublisher]:
+    """``App.sync_publisher`` from ``App.publisher``: the same options (typed through
+    ``P``, so it keeps up when ``publisher`` gains one), each new async publisher of the
+    sync one made by ``publisher(app, **options)``."""
+
+    def sync_publisher(app: A, /, *args: P.args, **kwargs: P.kwargs) -> SyncPublisher:
+        return SyncPublisher(functools.partial(publisher, app, *args, **kwargs))
+
+    sync_publisher.__doc__ = f"{publisher.__name__}()'s options, for synchronous code."
+    signature = inspect.signature(publisher)  # for help() and editors
+    sync_publisher.__signature__ = signature.replace(  # type: ignore[attr-defined]
+        return_annotation=SyncPublisher.__name__
+    )
+    return sync_publisher
 
 
 class SyncPublisher:
