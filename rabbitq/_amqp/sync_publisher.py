@@ -150,22 +150,24 @@ class SyncPublisher:
 
     def close(self) -> None:
         """Refuse new calls, wait for those in progress, close the connection and end
-        the thread. Idempotent; a publisher that never published just becomes closed."""
+        the thread. A second call waits for the first one to finish; a publisher that
+        never published just becomes closed."""
         self._check_pid()
         with self._lock:
-            if self._closed:
-                return
             if self._thread is threading.current_thread():
                 raise ConfigurationError(in_loop_error("close"))
-            self._closed = True
+            first, self._closed = not self._closed, True
             loop, thread = self._loop, self._thread
-            if loop is None or thread is None:
-                return
-            done = asyncio.run_coroutine_threadsafe(self._shutdown(), loop)
-        try:
-            done.result()
-        finally:
-            loop.call_soon_threadsafe(loop.stop)
+            if not first or loop is None or thread is None:
+                loop = None  # nothing to shut down here
+            else:
+                done = asyncio.run_coroutine_threadsafe(self._shutdown(), loop)
+        if loop is not None:
+            try:
+                done.result()
+            finally:
+                loop.call_soon_threadsafe(loop.stop)
+        if thread is not None:
             thread.join()
 
     def _call(

@@ -203,9 +203,15 @@ def test_close_waits_for_the_calls_in_progress_and_then_refuses_new_ones():
         time.sleep(0.01)
     with pytest.raises(PublishInterrupted, match="closed"):
         pub._call(Fake.send, 1)
+    second = threading.Thread(target=pub.close)
+    second.start()
+    time.sleep(0.2)
     assert closer.is_alive() and log["closes"] == 0  # still waiting for the slow call
+    assert second.is_alive()  # a second close() waits for the first one too
     gate.set()
     closer.join(30)
+    second.join(30)
+    assert not second.is_alive() and not pub._thread.is_alive()
     caller.join(30)
     assert got == ["finished"]  # finished, not cancelled
     assert log["closes"] == 1
