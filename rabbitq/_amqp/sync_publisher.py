@@ -1,15 +1,17 @@
 """Publishing from synchronous code: :class:`SyncPublisher` (``app.sync_publisher()``).
 
 One background thread runs an asyncio loop that owns one async
-:class:`~rabbitq._amqp.publisher.Publisher`, kept open (its robust connection
-reconnects after a drop). Each blocking call is a coroutine submitted to that loop
+:class:`~rabbitq._amqp.publisher.Publisher`, kept open between calls. Each blocking call is a coroutine submitted to that loop
 with :func:`asyncio.run_coroutine_threadsafe`; the calling thread waits for its result,
 so every thread of a web server can share the one publisher and its one connection.
 
 - Nothing connects until the first call: a publisher made at import time (a Django
   ``AppConfig.ready``, a Flask module, before gunicorn forks its workers) does no I/O.
-- A first connect that fails raises to its caller(s) and the next call tries again; a
-  connection dropped later is reconnected by aio-pika while the publisher stays.
+- A first connect that fails raises to its caller(s) and the next call tries again. A
+  call interrupted later (the connection dropped; past ``retry_for`` if given) retires
+  the publisher: the next call opens a new one, and the old one is closed once its
+  calls in progress have ended. Within ``retry_for``, the robust connection's own
+  reconnection carries the calls through.
 - ``close()`` refuses new calls, waits for those in progress (each bounded by
   ``timeout`` or ``retry_for``), closes the connection and ends the thread. A call after
   it raises :class:`~rabbitq.errors.PublishInterrupted` (nothing was sent).
@@ -40,7 +42,7 @@ from collections.abc import Awaitable, Callable
 from types import TracebackType
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
-from ..errors import ConfigurationError, PublishInterrupted
+from ..errors import BrokerUnavailable, ConfigurationError, PublishInterrupted
 from .publisher import Publisher
 
 P = ParamSpec("P")
@@ -102,8 +104,9 @@ class SyncPublisher:
     blocks until the broker confirmed the message and returns its ``message_id``;
     ``pub.publish_many(msgs)`` those of :meth:`rabbitq.Publisher.publish_many`. Make one
     per process and share it between threads; ``close()`` it at exit (or use it as
-    ``with app.sync_publisher() as pub``). It connects at the first call, keeps that
-    connection, and starts afresh in a forked child. See docs/control.md.
+    ``with app.sync_publisher() as pub``). It connects at the first call and keeps that
+    connection; an interrupted call makes the next one open a fresh connection, and a
+    forked child starts its own. See docs/control.md.
 
     ``make`` returns a new, unopened async publisher (``app.sync_publisher()`` passes
     ``app.publisher`` with its options); it is called once here to check them.
@@ -121,6 +124,9 @@ class SyncPublisher:
         self._publisher: Publisher | None = None
         self._opening: asyncio.Future[Publisher] | None = None
         self._calls: set[asyncio.Task[Any]] = set()
+        self._in_use: dict[Publisher, int] = {}  # calls in progress on each publisher
+        self._retired: set[Publisher] = set()  # to close once its last call ends
+        self._closing: set[asyncio.Task[None]] = set()
         self._inherited: list[object] = []  # a forked parent's state, never touched
         _LIVE.add(self)
 
@@ -218,9 +224,35 @@ class SyncPublisher:
         assert task is not None
         self._calls.add(task)
         try:
-            return await fn(await self._open(), *args, **kwargs)
+            publisher = await self._open()
+            self._in_use[publisher] = self._in_use.get(publisher, 0) + 1
+            try:
+                return await fn(publisher, *args, **kwargs)
+            except (PublishInterrupted, BrokerUnavailable):
+                self._retire(publisher)
+                raise
+            finally:
+                self._release(publisher)
         finally:
             self._calls.discard(task)
+
+    def _retire(self, publisher: Publisher) -> None:
+        """After an interrupted call, the next one opens a new publisher (a connection
+        that came back, or one that did not, cannot keep failing every call); this one
+        is closed once its calls in progress have ended."""
+        if self._publisher is publisher:
+            self._publisher = None
+            self._retired.add(publisher)
+
+    def _release(self, publisher: Publisher) -> None:
+        left = self._in_use.pop(publisher) - 1
+        if left:
+            self._in_use[publisher] = left
+        elif publisher in self._retired:
+            self._retired.discard(publisher)
+            closing = asyncio.ensure_future(_close_quietly(publisher))
+            self._closing.add(closing)
+            closing.add_done_callback(self._closing.discard)
 
     async def _open(self) -> Publisher:
         """The open publisher; the calls that arrive while it opens share one attempt,
@@ -252,6 +284,8 @@ class SyncPublisher:
         publisher, self._publisher = self._publisher, None
         if publisher is not None:
             await publisher.close()
+        if self._closing:
+            await asyncio.wait(self._closing)
 
     def _check_pid(self) -> None:
         """Start afresh in a forked child if the fork hook did not (a fork it missed)."""
@@ -263,12 +297,22 @@ class SyncPublisher:
         connection's socket is shared with the parent, so neither is used or closed
         (kept referenced, so that no finalizer runs on them); the next call starts a
         thread and a connection of the child's own."""
-        self._inherited.append((self._loop, self._thread, self._publisher, self._opening))
+        self._inherited.append(
+            (self._loop, self._thread, self._publisher, self._opening, self._in_use,
+             self._retired, self._closing)
+        )  # fmt: skip
         self._lock = threading.Lock()  # another thread may have held it at the fork
         self._pid = os.getpid()
         self._loop = self._thread = None
         self._publisher = self._opening = None
         self._calls = set()
+        self._in_use, self._retired, self._closing = {}, set(), set()
+
+
+async def _close_quietly(publisher: Publisher) -> None:
+    """Close a retired publisher; its errors are no one's (its calls have ended)."""
+    with contextlib.suppress(Exception):
+        await publisher.close()
 
 
 def _serve(loop: asyncio.AbstractEventLoop) -> None:

@@ -26,6 +26,7 @@ from rabbitq import (
     PublishError,
     PublishInterrupted,
     SyncPublisher,
+    Unroutable,
 )
 
 
@@ -54,6 +55,11 @@ class Fake:
     async def slow(self, gate: threading.Event) -> str:
         await asyncio.to_thread(gate.wait)
         return "finished"
+
+    async def fail(self, error: Exception, gate: threading.Event | None = None) -> None:
+        if gate is not None:
+            await asyncio.to_thread(gate.wait)
+        raise error
 
     async def whoami(self) -> tuple[int, int]:
         # The thread object, not its ident: a child's new thread may reuse the ident.
@@ -185,6 +191,43 @@ def test_calls_that_arrive_while_it_opens_share_that_one_attempt():
     del log["gate"]
     assert pub._call(Fake.send, 2)[0] == 2
     pub.close()
+
+
+def test_an_interrupted_call_retires_the_publisher_the_next_call_opens_a_new_one():
+    pub, log = fake_publisher()
+    first = pub._call(Fake.send, 1)[2]
+    gate = threading.Event()
+    late: list[BaseException] = []
+
+    def in_progress() -> None:  # on the first publisher while it is retired
+        try:
+            pub._call(Fake.fail, Unroutable("no queue"), gate)
+        except Unroutable as exc:
+            late.append(exc)
+
+    other = threading.Thread(target=in_progress)
+    other.start()
+    deadline = time.monotonic() + 30
+    while not pub._calls and time.monotonic() < deadline:
+        time.sleep(0.01)
+    with pytest.raises(PublishInterrupted, match="dropped"):
+        pub._call(Fake.fail, PublishInterrupted("the connection dropped"))
+    second = pub._call(Fake.send, 2)[2]
+    assert second != first and (log["made"], log["opens"]) == (3, 2)
+    assert log["closes"] == 0  # the first still has a call in progress
+    gate.set()
+    other.join(30)
+    assert len(late) == 1
+    deadline = time.monotonic() + 30
+    while log["closes"] < 1 and time.monotonic() < deadline:  # closed after its last call
+        time.sleep(0.01)
+    assert log["closes"] == 1
+    # A refusal that is the message's, not the connection's, keeps the publisher.
+    with pytest.raises(Unroutable):
+        pub._call(Fake.fail, Unroutable("no queue"))
+    assert pub._call(Fake.send, 3)[2] == second and log["opens"] == 2
+    pub.close()
+    assert log["closes"] == 2
 
 
 def test_close_waits_for_the_calls_in_progress_and_then_refuses_new_ones():
