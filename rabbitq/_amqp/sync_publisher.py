@@ -1,9 +1,10 @@
 """Publishing from synchronous code: :class:`SyncPublisher` (``app.sync_publisher()``).
 
 One background thread runs an asyncio loop that owns one async
-:class:`~rabbitq._amqp.publisher.Publisher`, kept open between calls. Each blocking call is a coroutine submitted to that loop
-with :func:`asyncio.run_coroutine_threadsafe`; the calling thread waits for its result,
-so every thread of a web server can share the one publisher and its one connection.
+:class:`~rabbitq._amqp.publisher.Publisher`, kept open between calls. Each blocking
+call is a coroutine submitted to that loop with :func:`asyncio.run_coroutine_threadsafe`;
+the calling thread waits for its result, so every thread of a web server can share the
+one publisher and its one connection.
 
 - Nothing connects until the first call: a publisher made at import time (a Django
   ``AppConfig.ready``, a Flask module, before gunicorn forks its workers) does no I/O.
