@@ -15,7 +15,9 @@ one publisher and its one connection.
   reconnection carries the calls through.
 - ``close()`` refuses new calls, waits for those in progress (each bounded by
   ``timeout`` or ``retry_for``), closes the connection and ends the thread. A call after
-  it raises :class:`~rabbitq.errors.PublishInterrupted` (nothing was sent).
+  it raises :class:`~rabbitq.errors.PublishInterrupted` (nothing was sent). One that
+  is garbage-collected unclosed stops its loop (a finalizer), and its thread closes
+  the connection on the way out.
 - A call from a thread that runs an event loop raises
   :class:`~rabbitq.errors.ConfigurationError`: it would stall that loop, or deadlock if
   it were the publisher's own; async code uses ``async with app.publisher()``.
@@ -128,6 +130,8 @@ class SyncPublisher:
         self._in_use: dict[Publisher, int] = {}  # calls in progress on each publisher
         self._retired: set[Publisher] = set()  # to close once its last call ends
         self._closing: set[asyncio.Task[None]] = set()
+        self._opened: set[Publisher] = set()  # open until closed: _serve closes the rest
+        self._finalizer: weakref.finalize[..., SyncPublisher] | None = None
         self._inherited: list[object] = []  # a forked parent's state, never touched
         _LIVE.add(self)
 
@@ -164,6 +168,8 @@ class SyncPublisher:
             if self._thread is threading.current_thread():
                 raise ConfigurationError(in_loop_error("close"))
             first, self._closed = not self._closed, True
+            if self._finalizer is not None:
+                self._finalizer.detach()
             loop, thread = self._loop, self._thread
             if not first or loop is None or thread is None:
                 loop = None  # nothing to shut down here
@@ -212,10 +218,16 @@ class SyncPublisher:
             # A daemon: the interpreter does not wait for it before atexit handlers
             # run, so a close() registered with atexit still finds it running.
             thread = threading.Thread(
-                target=_serve, args=(loop,), name="rabbitq sync publisher", daemon=True
+                target=_serve,
+                args=(loop, self._opened),
+                name="rabbitq sync publisher",
+                daemon=True,
             )
             thread.start()
             self._loop, self._thread = loop, thread
+            # Dropped without close(): stop the loop, and _serve closes the connection.
+            self._finalizer = weakref.finalize(self, _stop, loop)
+            self._finalizer.atexit = False  # at exit the process's end closes it anyway
         return self._loop
 
     async def _run(
@@ -251,7 +263,7 @@ class SyncPublisher:
             self._in_use[publisher] = left
         elif publisher in self._retired:
             self._retired.discard(publisher)
-            closing = asyncio.ensure_future(_close_quietly(publisher))
+            closing = asyncio.ensure_future(_close_quietly(publisher, self._opened))
             self._closing.add(closing)
             closing.add_done_callback(self._closing.discard)
 
@@ -273,6 +285,7 @@ class SyncPublisher:
                 await publisher.close()  # whatever open() got to
             raise
         self._publisher = publisher
+        self._opened.add(publisher)
         return publisher
 
     async def _shutdown(self) -> None:
@@ -284,6 +297,7 @@ class SyncPublisher:
             await asyncio.wait([self._opening])
         publisher, self._publisher = self._publisher, None
         if publisher is not None:
+            self._opened.discard(publisher)
             await publisher.close()
         if self._closing:
             await asyncio.wait(self._closing)
@@ -300,29 +314,43 @@ class SyncPublisher:
         thread and a connection of the child's own."""
         self._inherited.append(
             (self._loop, self._thread, self._publisher, self._opening, self._in_use,
-             self._retired, self._closing)
+             self._retired, self._closing, self._opened)
         )  # fmt: skip
         self._lock = threading.Lock()  # another thread may have held it at the fork
+        if self._finalizer is not None:  # it would wake the parent's loop
+            self._finalizer.detach()
+        self._finalizer = None
         self._pid = os.getpid()
         self._loop = self._thread = None
         self._publisher = self._opening = None
         self._calls = set()
-        self._in_use, self._retired, self._closing = {}, set(), set()
+        self._in_use, self._retired, self._closing, self._opened = {}, set(), set(), set()
 
 
-async def _close_quietly(publisher: Publisher) -> None:
+async def _close_quietly(publisher: Publisher, opened: set[Publisher]) -> None:
     """Close a retired publisher; its errors are no one's (its calls have ended)."""
+    opened.discard(publisher)
     with contextlib.suppress(Exception):
         await publisher.close()
 
 
-def _serve(loop: asyncio.AbstractEventLoop) -> None:
-    """The publisher's thread: run ``loop`` until ``close()`` stops it, then close it."""
+def _stop(loop: asyncio.AbstractEventLoop) -> None:
+    """Stop the loop of a sync publisher that was dropped without ``close()``."""
+    with contextlib.suppress(RuntimeError):  # closed already
+        loop.call_soon_threadsafe(loop.stop)
+
+
+def _serve(loop: asyncio.AbstractEventLoop, opened: set[Publisher]) -> None:
+    """The publisher's thread: run ``loop`` until ``close()`` (or the publisher's
+    finalizer) stops it, close any publisher still open, then the loop."""
     asyncio.set_event_loop(loop)
     try:
         loop.run_forever()
     finally:
         try:
+            if opened:
+                closes = (_close_quietly(p, opened) for p in list(opened))
+                loop.run_until_complete(asyncio.gather(*closes))
             leftover = [t for t in asyncio.all_tasks(loop) if not t.done()]
             for task in leftover:
                 task.cancel()

@@ -10,6 +10,7 @@ coroutine methods, called through ``SyncPublisher._call`` (what ``publish`` and
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import signal
 import threading
@@ -258,6 +259,19 @@ def test_close_waits_for_the_calls_in_progress_and_then_refuses_new_ones():
     caller.join(30)
     assert got == ["finished"]  # finished, not cancelled
     assert log["closes"] == 1
+
+
+def test_a_publisher_dropped_without_close_ends_its_thread_and_closes_its_connection():
+    """The misuse of one sync publisher per request must not leave a thread and a
+    connection behind each time."""
+    pub, log = fake_publisher()
+    pub._call(Fake.send, 1)
+    thread = pub._thread
+    del pub
+    gc.collect()
+    thread.join(30)
+    assert not thread.is_alive()
+    assert (log["opens"], log["closes"]) == (1, 1)
 
 
 def test_close_from_the_publishers_own_thread_is_refused_not_a_deadlock():
