@@ -313,9 +313,9 @@ class SyncPublisher:
         (kept referenced, so that no finalizer runs on them); the next call starts a
         thread and a connection of the child's own."""
         self._inherited.append(
-            (self._loop, self._thread, self._publisher, self._opening, self._in_use,
-             self._retired, self._closing, self._opened)
-        )  # fmt: skip
+            (self._loop, self._thread, self._publisher, self._opening)
+            + (self._in_use, self._retired, self._closing, self._opened)
+        )
         self._lock = threading.Lock()  # another thread may have held it at the fork
         if self._finalizer is not None:  # it would wake the parent's loop
             self._finalizer.detach()
