@@ -13,12 +13,13 @@ from datetime import timedelta
 from types import EllipsisType
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ._amqp.partition_plan import plan_partition
+from ._amqp.outgoing import PublishStep, add_step
+from ._amqp.partition_plan import plan_app
 from ._amqp.partitions import check_partitions, partition_queue
 from ._amqp.publisher import DEFAULT_TIMEOUT as DEFAULT_PUBLISH_TIMEOUT
 from ._amqp.publisher import Publisher
 from ._amqp.sync_publisher import for_sync_code
-from ._amqp.topology import DEFAULT_DELIVERY_LIMIT, DEFAULT_QUEUE_TYPE, QueueType, Topology, plan
+from ._amqp.topology import DEFAULT_DELIVERY_LIMIT, DEFAULT_QUEUE_TYPE, QueueType, Topology
 from .backends.defaults import Backend, app_stores
 from .batch import DEFAULT_MAX_SIZE, DEFAULT_MAX_WAIT, BatchLimits
 from .breaker import Breaker
@@ -40,8 +41,10 @@ from .handler import (
     is_async_fn,
     wants_context,
 )
-from .job import Middleware, check_middleware
+from .job import Middleware, Stage, add_stage, check_middleware
 from .message import Message
+from .payloads.steps import Fetch, Offload
+from .payloads.store import BlobStore
 from .ratelimit.gate import RateBackend
 from .retry import RetryPolicy
 from .schedule.spec import DEFAULT_CATCH_UP, CatchUp, Schedules
@@ -99,6 +102,8 @@ class App:
     chords' too; an ``idempotency`` or ``status`` given as well wins for its kind.
     ``middleware``: the app's own stages, run for every decoded delivery before its
     handler, in the worker and in ``rabbitq.testing`` (docs/middleware.md).
+    ``large_payloads`` (a :class:`~rabbitq.payloads.PostgresBlobs` or ``S3Blobs``) keeps
+    bodies above its ``above`` size out of the broker (docs/payloads.md).
     """
 
     def __init__(
@@ -122,6 +127,7 @@ class App:
         partitions: int = 0,
         middleware: Sequence[Middleware] = (),
         backend: Backend | None = None,
+        large_payloads: BlobStore | None = None,
     ) -> None:
         if prefetch < 1:
             raise ConfigurationError(f"prefetch must be at least 1, not {prefetch}")
@@ -150,6 +156,14 @@ class App:
             self.status_writer = StatusWriter(status_store(status))
             self.tracing = StatusTracing(self.status_writer, self.tracing)
         self.middleware = check_middleware(middleware)  # docs/middleware.md
+        # What the app's capabilities add to every publish and to every delivery (before
+        # its decode), in their fixed order (amqp.outgoing.add_step, job.add_stage).
+        self.publish_steps: tuple[PublishStep, ...] = ()
+        self.delivery_stages: tuple[Stage, ...] = ()
+        self.large_payloads = large_payloads  # docs/payloads.md
+        if large_payloads is not None:
+            self.publish_steps = add_step(self.publish_steps, Offload(large_payloads))
+            self.delivery_stages = add_stage(self.delivery_stages, Fetch(large_payloads))
         self.partitions = check_partitions(partitions)  # docs/ordering.md
         self.partition_index = 0  # of the view that partition()'s worker runs
         self.partition_base = queue  # partitions: <it>.p0, ...; its views keep it
@@ -323,24 +337,7 @@ class App:
         One retry queue per delay that some handler uses: the app's own ``retry`` counts
         only through the handlers that do not override it.
         """
-        delays = {ms for h in self._handlers.values() for ms in h.retry.delays_ms}
-        blocked = any(h.on_dead == "block" for h in self._handlers.values())  # registry
-        if self.partitions:  # partition 0's queues and all the rest (amqp.partition_plan)
-            return plan_partition(
-                queue=self.partition_base,
-                exchange=self.exchange,
-                delays_ms={ms for h in self._handlers.values() if not h.ordered_by
-                           for ms in h.retry.delays_ms},  # ordered: retried in the worker
-                routing_keys=self._handlers,
-                count=self.partitions, index=self.partition_index,
-                queue_type=self.queue_type,
-                delivery_limit=self.delivery_limit, blocked=blocked,
-            )  # fmt: skip
-        return plan(
-            queue=self.queue, exchange=self.exchange, delays_ms=delays, blocked=blocked,
-            routing_keys=self._handlers, queue_type=self.queue_type,
-            delivery_limit=self.delivery_limit,
-        )  # fmt: skip
+        return plan_app(self)
 
     def partition(self, index: int) -> App:
         """This app as the worker of partition ``index`` sees it: the same handlers,

@@ -66,6 +66,7 @@ class Job:
     """
 
     __slots__ = (
+        "_body",
         "_state",
         "_wrappers",
         "attempt",
@@ -96,6 +97,7 @@ class Job:
         self.ctx: Context | None = None
         self.result: Any = None
         self.flow: Any = None  # a workflow step's part (rabbitq.workflow.steps.Flow)
+        self._body: bytes | None = None
         self._state: dict[str, Any] | None = None
         self._wrappers: list[Wrapper] | None = None
 
@@ -106,8 +108,13 @@ class Job:
 
     @property
     def body(self) -> bytes:
-        """The message body as it arrived."""
-        return self.delivery.body
+        """The message body: as it arrived, or as a stage before the decode stage set it
+        (decrypted, fetched from a blob store). Retry and DLQ copies keep the arrived one."""
+        return self.delivery.body if self._body is None else self._body
+
+    @body.setter
+    def body(self, body: bytes) -> None:
+        self._body = body
 
     @property
     def headers(self) -> Mapping[str, Any]:
@@ -210,6 +217,23 @@ Next = Callable[[Job], Awaitable[Outcome]]
 
 Stage = Callable[[Job, Next], Awaitable[Outcome]]
 """One step of a delivery: ``async (job, call_next) -> Outcome``."""
+
+DELIVERY_ORDER = ("fetch", "cancelled", "superseded", "decrypt")
+"""The stages an app's capabilities add before the decode stage (``App.delivery_stages``),
+by their ``name``, in the order they run: the large payload fetched from its blob store
+(first, so that it sees every ack, a cancelled message's too, and deletes the blob), a
+cancelled message acked unrun, a debounced one superseded by a later publish acked
+unrun, the body decrypted."""
+
+
+def add_stage(stages: Sequence[Stage], stage: Stage) -> tuple[Stage, ...]:
+    """``stages`` with ``stage`` in its place by its ``name`` (:data:`DELIVERY_ORDER`)."""
+    name = getattr(stage, "name", None)
+    if name not in DELIVERY_ORDER:
+        raise ValueError(f"unknown delivery stage {name!r}: not one of {DELIVERY_ORDER}")
+    kept = [s for s in stages if getattr(s, "name", None) != name]
+    return tuple(sorted([*kept, stage], key=lambda s: DELIVERY_ORDER.index(s.name)))  # type: ignore[attr-defined]
+
 
 Wrapper = Callable[[Callable[[], Awaitable[Any]], "Context"], Callable[[], Awaitable[Any]]]
 """A wrapper of the handler call (:meth:`Job.wrap_call`)."""

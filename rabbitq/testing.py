@@ -129,8 +129,9 @@ async def deliver(
         sent.extend(follow_ups)
 
     pipeline = for_testing(
-        app.handlers.values(), middleware=app.middleware, send=send, outbox=app.outbox
-    )
+        app.handlers.values(), middleware=app.middleware, send=send, outbox=app.outbox,
+        capabilities=app.delivery_stages,
+    )  # fmt: skip
     outcome = await pipeline.run(new_job(app.handlers, app.queue, delivery))
     return _result(app, outcome, sent)
 
@@ -217,7 +218,10 @@ async def deliver_batch(
     if len(attempts) != n or len(ids) != n:
         raise ValueError("attempts and message_ids need one item per message")
     batcher = Batcher(app.handlers, app.queue, prefetch=prefetch or app.prefetch)
-    pipeline = for_testing(app.handlers.values(), middleware=app.middleware, batches=batcher)
+    pipeline = for_testing(
+        app.handlers.values(), middleware=app.middleware, batches=batcher,
+        capabilities=app.delivery_stages,
+    )  # fmt: skip
     deliveries = [
         _fake(app, m, type, a, None, i, None, False, None)
         for m, a, i in zip(messages, attempts, ids, strict=True)

@@ -15,7 +15,7 @@ a ``CancelledError`` is passed on only when the publishing task itself was cance
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 
 import aiormq
 from aio_pika.abc import AbstractChannel
@@ -100,3 +100,27 @@ def retry_waits(first: float = RETRY_FIRST_WAIT, cap: float = RETRY_MAX_WAIT) ->
     while True:
         yield wait
         wait = min(wait * 2, cap)
+
+
+async def within(seconds: float, send: Callable[[], Awaitable[None]]) -> None:
+    """``send()`` (the same ``message_id``) until ``seconds`` have passed, again
+    after an interruption (the robust connection reconnects meanwhile) or a nack
+    (not stored: a quorum queue without a reachable leader, a full queue; it may
+    pass); an unroutable message is not retried: no queue is bound for it."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + seconds
+    attempts = 0
+    for wait in retry_waits():
+        attempts += 1
+        try:
+            async with asyncio.timeout(max(0.0, deadline - loop.time())):
+                await send()
+            return
+        except (PublishInterrupted, PublishNacked) as exc:
+            last: PublishError = exc
+        except TimeoutError:
+            last = PublishInterrupted("no confirm in time; it may or may not have been stored")
+        if loop.time() + wait >= deadline:
+            gave_up = f"not confirmed within retry_for={seconds:g}s ({attempts} attempt(s))"
+            raise type(last)(f"{gave_up}; last: {last}")
+        await asyncio.sleep(wait)

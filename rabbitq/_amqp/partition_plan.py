@@ -1,14 +1,37 @@
-"""The topology of one partition of a partitioned app (pure): see
-:mod:`rabbitq._amqp.partitions` for the whole picture."""
+"""An app's topology (pure): :func:`plan_app`, and that of one partition of a
+partitioned app (see :mod:`rabbitq._amqp.partitions` for the whole picture)."""
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable
+from typing import Any
 
 from ..errors import ConfigurationError
 from .partitions import Partitioning, hash_exchange, partition_queue
 from .topology import DEFAULT_DELIVERY_LIMIT, QueueType, Topology, dlq_name, plan
+
+
+def plan_app(app: Any) -> Topology:
+    """Every queue, argument and binding ``app`` (a :class:`rabbitq.App`) declares:
+    one retry queue per delay that some handler uses (an ordered handler's retries wait
+    in the worker, so a partitioned app has none for them)."""
+    handlers = app.handlers
+    blocked = any(h.on_dead == "block" for h in handlers.values())  # the registry
+    if app.partitions:  # partition 0's queues and all the rest
+        return plan_partition(
+            queue=app.partition_base, exchange=app.exchange,
+            delays_ms={ms for h in handlers.values() if not h.ordered_by
+                       for ms in h.retry.delays_ms},
+            routing_keys=handlers, count=app.partitions, index=app.partition_index,
+            queue_type=app.queue_type, delivery_limit=app.delivery_limit, blocked=blocked,
+        )  # fmt: skip
+    return plan(
+        queue=app.queue, exchange=app.exchange,
+        delays_ms={ms for h in handlers.values() for ms in h.retry.delays_ms},
+        blocked=blocked, routing_keys=handlers, queue_type=app.queue_type,
+        delivery_limit=app.delivery_limit,
+    )  # fmt: skip
 
 
 def plan_partition(

@@ -30,7 +30,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Iterable, Mapping
 from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Any, Protocol
@@ -45,7 +45,6 @@ from ..errors import (
     PartialPublish,
     PublishError,
     PublishInterrupted,
-    PublishNacked,
     Unroutable,
 )
 from ..hooks import Hooks, combine
@@ -56,8 +55,9 @@ from ..settings import TLS
 from ..tracing.base import NO_SEND, Tracing
 from . import headers as h
 from . import partitions, properties
-from .confirm import FAILURES, error_kind, retry_waits, send_confirmed
+from .confirm import FAILURES, error_kind, retry_waits, send_confirmed, within
 from .connection import connect
+from .outgoing import Outgoing, PublishStep, compose
 from .topology import Topology, mismatch_from_error
 
 DEFAULT_WINDOW = 512
@@ -80,6 +80,8 @@ class PublishingApp(Protocol):
     def topology(self) -> Topology: ...
     @property
     def tracing(self) -> Tracing: ...
+    @property
+    def publish_steps(self) -> tuple[PublishStep, ...]: ...
 
 
 class Publisher:
@@ -270,21 +272,8 @@ class Publisher:
             if message_id or correlation_id or headers or reply_to or delay is not None or at:
                 raise ConfigurationError("publish(workflow) takes no other argument")
             return await message.publish_on(self, self._app)
-        type_name = message.type_name()
-        delayed = delay is not None or at is not None
-        if delayed:
-            units, due = ladder.due_in(delay=delay, at=at)
-            exchange, routing_key = ladder.entry(self._app.queue_type, units)
-            headers = {
-                **(headers or {}),
-                h.ORIGINAL_EXCHANGE: self._app.exchange,
-                h.ORIGINAL_ROUTING_KEY: type_name,
-                ladder.DELAY_TO: self._app.queue,
-                ladder.DUE: ladder.due_header(due),
-            }
-        else:
-            exchange, routing_key = self._app.exchange, type_name
-        channel = self._open_channel()
+        if delay is not None or at is not None:  # a bad delay is refused before any step acts
+            ladder.due_in(delay=delay, at=at)
         props = properties.new(
             message,
             message_id=message_id,
@@ -292,17 +281,38 @@ class Publisher:
             headers=headers,
             reply_to=reply_to,
         )
-        partitions.stamp(self._app, message, props.headers, props.message_id, delayed)
-        body = encode(message)
+        name, app = message.type_name(), self._app
+        out = Outgoing(
+            message=message, type_name=name, body=encode(message), props=props,
+            exchange=app.exchange, routing_key=name, queue=app.queue, delay=delay, at=at,
+        )  # fmt: skip
+        if not app.publish_steps:
+            return await self._send(out)
+        return await compose(app.publish_steps, self._send)(out)
+
+    async def _send(self, out: Outgoing) -> str:
+        """The last step: into the delay ladder or to its exchange, confirmed."""
+        type_name, props, body, delayed = out.type_name, out.props, out.body, out.delayed
+        exchange, routing_key = out.exchange, out.routing_key
+        if delayed:
+            units, due = ladder.due_in(delay=out.delay, at=out.at)
+            exchange, routing_key = ladder.entry(self._app.queue_type, units)
+            out.headers.update({
+                h.ORIGINAL_EXCHANGE: out.exchange,
+                h.ORIGINAL_ROUTING_KEY: out.routing_key,
+                ladder.DELAY_TO: out.queue,
+                ladder.DUE: ladder.due_header(due),
+            })  # fmt: skip
+        channel = self._open_channel()
+        partitions.stamp(self._app, out.message, props.headers, props.message_id, delayed)
         span = NO_SEND
         if self._app.tracing.enabled:  # writes traceparent into the headers
-            assert props.headers is not None and props.message_id is not None
             span = self._app.tracing.publish(
-                props.headers,
+                out.headers,
                 exchange=exchange,
                 routing_key=routing_key,
                 type_name=type_name,
-                message_id=props.message_id,
+                message_id=out.message_id,
                 correlation_id=props.correlation_id,
                 body_size=len(body),
             )
@@ -323,7 +333,7 @@ class Publisher:
                         "publishers? a memory or disk alarm); it may or may not have been stored"
                     ) from None
             else:
-                await self._within(self._retry_for, send)
+                await within(self._retry_for, send)
         except PublishError as exc:
             span.end(exc)
             self._hooks.publish_failed(self._app.exchange, type_name, error_kind(exc))
@@ -333,31 +343,7 @@ class Publisher:
             raise
         span.end()
         self._hooks.published(self._app.exchange, type_name)
-        assert props.message_id is not None
-        return props.message_id
-
-    async def _within(self, seconds: float, send: Callable[[], Awaitable[None]]) -> None:
-        """``send()`` (the same ``message_id``) until ``seconds`` have passed, again
-        after an interruption (the robust connection reconnects meanwhile) or a nack
-        (not stored: a quorum queue without a reachable leader, a full queue; it may
-        pass); an unroutable message is not retried: no queue is bound for it."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + seconds
-        attempts = 0
-        for wait in retry_waits():
-            attempts += 1
-            try:
-                async with asyncio.timeout(max(0.0, deadline - loop.time())):
-                    await send()
-                return
-            except (PublishInterrupted, PublishNacked) as exc:
-                last: PublishError = exc
-            except TimeoutError:
-                last = PublishInterrupted("no confirm in time; it may or may not have been stored")
-            if loop.time() + wait >= deadline:
-                gave_up = f"not confirmed within retry_for={seconds:g}s ({attempts} attempt(s))"
-                raise type(last)(f"{gave_up}; last: {last}")
-            await asyncio.sleep(wait)
+        return out.message_id
 
     async def publish_many(
         self, messages: Iterable[Message], *, window: int = DEFAULT_WINDOW

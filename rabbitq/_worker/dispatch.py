@@ -115,7 +115,7 @@ def _undecodable(job: Job) -> Outcome | None:
             job.attempt,
             error=h.truncate_utf8(error, h.MAX_ERROR_BYTES),
         )
-    body = job.delivery.body
+    body = job.body
     if handler.max_body_size is not None and len(body) > handler.max_body_size:
         error = (
             f"BodyTooLarge: body is {len(body)} bytes, above max_body_size "

@@ -7,13 +7,17 @@ In the worker (:func:`for_worker`)::
     running     the in-handler count and hooks   worker/lifecycle.py     always
     breaker     an open circuit requeues         worker/breaker_guard.py handlers with a breaker
     ordering    one message of a key at a time   worker/ordering.py      ordered handlers
+    fetch       a large payload's blob           App(...) capabilities   as the app uses
+    cancelled   a cancelled message, acked       App.delivery_stages     them, in
+    superseded  a debounced one, acked           (job.DELIVERY_ORDER)    this order
+    decrypt     an encrypted body
     workflow    chains and chords                workflow/steps.py       always (cheap)
     decode      unknown type, invalid body       worker/dispatch.py      always
     middleware  the app's own                    App(middleware=[...])   as given
     batch       waits for its batch              worker/batching.py      batch handlers
     attempt     once per key, the handler        worker/dispatch.py      always (the last)
 
-``rabbitq.testing`` runs :func:`for_testing`: the same list from ``workflow`` on, without
+``rabbitq.testing`` runs :func:`for_testing`: the same list from ``fetch`` on, without
 a broker (a batch handler's message runs as a batch of one).
 
 A stage may also take part in the worker's lifecycle, by having any of:
@@ -100,9 +104,10 @@ def _core(
     send: Send,
     middleware: Sequence[Stage],
     batches: Stage,
+    capabilities: Sequence[Stage],
 ) -> list[Stage]:
-    """From ``workflow`` on: the part of the list the worker and the tests share."""
-    stages: list[Stage] = [WorkflowStage(chords, send), decode]
+    """From ``control`` on: the part of the list the worker and the tests share."""
+    stages: list[Stage] = [*capabilities, WorkflowStage(chords, send), decode]
     stages += [_Guarded(m) for m in middleware]
     if any(handler.batch is not None for handler in handlers):
         stages.append(batches)
@@ -119,12 +124,14 @@ def for_worker(
     outbox: Any,
     executor: Any,
     chords: ChordStore | None,
+    capabilities: Sequence[Stage] = (),
 ) -> Pipeline:
     """The worker's list: its own stages (``before``: admission, running, breaker,
-    ordering; None for one the app does not use), then the shared part."""
+    ordering; None for one the app does not use), then the shared part
+    (``capabilities``: the app's ``delivery_stages``)."""
     handlers = list(handlers)
     stages = [s for s in before if s is not None]
-    stages += _core(handlers, chords, send, middleware, batches)
+    stages += _core(handlers, chords, send, middleware, batches, capabilities)
     return Pipeline(stages, Attempt(send, outbox, executor, keep_result=bool(middleware)))
 
 
@@ -135,8 +142,9 @@ def for_testing(
     send: Send = cannot_send,
     outbox: Any = None,
     batches: Stage = alone,
+    capabilities: Sequence[Stage] = (),
 ) -> Pipeline:
     """``rabbitq.testing``'s list: the worker's without its broker-bound stages."""
     handlers = list(handlers)
     last = Attempt(send, outbox, keep_result=bool(middleware))
-    return Pipeline(_core(handlers, None, send, middleware, batches), last)
+    return Pipeline(_core(handlers, None, send, middleware, batches, capabilities), last)
