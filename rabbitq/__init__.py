@@ -7,6 +7,7 @@ with the reason attached. See the README for the guarantees and a tutorial.
 from importlib.metadata import PackageNotFoundError, version
 
 from ._amqp.publisher import Publisher
+from ._amqp.sync_publisher import SyncPublisher
 from ._ops.endpoints import serve_metrics
 from ._ops.metrics import Metrics
 from ._worker.lifecycle import Worker
@@ -83,6 +84,7 @@ __all__ = [
     "RabbitqError",
     "RetryLater",
     "RetryPolicy",
+    "SyncPublisher",
     "TLS",
     "TopologyMismatch",
     "Unroutable",

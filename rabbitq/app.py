@@ -18,6 +18,7 @@ from ._amqp.partition_plan import plan_app
 from ._amqp.partitions import check_partitions, partition_queue
 from ._amqp.publisher import DEFAULT_TIMEOUT as DEFAULT_PUBLISH_TIMEOUT
 from ._amqp.publisher import Publisher
+from ._amqp.sync_publisher import for_sync_code
 from ._amqp.topology import DEFAULT_DELIVERY_LIMIT, DEFAULT_QUEUE_TYPE, QueueType, Topology
 from .backends.defaults import Backend, app_stores
 from .batch import DEFAULT_MAX_SIZE, DEFAULT_MAX_WAIT, BatchLimits
@@ -211,9 +212,8 @@ class App:
         for their turn without using a handler slot, and are never retried or
         dead-lettered for it (see docs/providers.md).
 
-        ``idempotency`` overrides the app's
-        store (None: none); ``key`` maps the message to its idempotency key (default:
-        ``ctx.message_id``), e.g. ``key=lambda m: m.payment_id``.
+        ``idempotency`` overrides the app's store (None: none); ``key`` maps the message to
+        its idempotency key (default: ``ctx.message_id``), e.g. ``lambda m: m.payment_id``.
 
         ``ordered_by=lambda m: m.account_id``: messages with the same key run one at a
         time, in delivery order, a failed one retried in the worker before the next
@@ -288,8 +288,7 @@ class App:
         attempt count) or returns a :class:`~rabbitq.BatchResult` (those it names failed,
         the rest succeeded). ``timeout`` is per batch; with an ``idempotency`` store,
         messages whose ``key`` is done or repeated in the batch are acked as duplicates
-        before the call. ``max_size`` must fit in the app's prefetch.
-        """
+        before the call. ``max_size`` must fit in the app's prefetch."""
         register: Callable[[HandlerFn], HandlerFn] = self.handler(
             model,
             retry=retry,
@@ -375,16 +374,12 @@ class App:
         retry_for: float | None = None,
         timeout: float = DEFAULT_PUBLISH_TIMEOUT,
     ) -> Publisher:
-        """An async context manager that publishes with confirms::
-
-        async with app.publisher() as pub:
-            await pub.publish(SendEmail(...))
-
+        """An async context manager that publishes with confirms:
+        ``async with app.publisher() as pub: await pub.publish(SendEmail(...))``.
         ``hooks`` observe each publish (a :class:`~rabbitq.Metrics` counts them).
         ``retry_for=S`` keeps retrying for up to S seconds while the broker is
         unreachable (see :class:`~rabbitq.Publisher`); by default a publish fails at once.
-        ``timeout`` bounds the wait for one confirm (a blocked broker; default 60 s).
-        """
+        ``timeout`` bounds the wait for one confirm (a blocked broker; default 60 s)."""
         return Publisher(
             self,
             url=self.resolved_url(url),
@@ -393,3 +388,7 @@ class App:
             retry_for=retry_for,
             timeout=timeout,
         )
+
+    sync_publisher = for_sync_code(publisher)
+    """:meth:`publisher`'s options, for synchronous code: a :class:`~rabbitq.SyncPublisher`,
+    one per process for all its threads; its ``publish`` blocks until confirmed."""
