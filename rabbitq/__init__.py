@@ -9,6 +9,7 @@ from importlib.metadata import PackageNotFoundError, version
 from ._amqp.publisher import Publisher
 from ._ops.endpoints import serve_metrics
 from ._ops.metrics import Metrics
+from ._worker.laned import PriorityWorker
 from ._worker.lifecycle import Worker
 from ._worker.partitioned import PartitionedWorker
 from .app import App
@@ -74,6 +75,7 @@ __all__ = [
     "Outcome",
     "PartialPublish",
     "PartitionedWorker",
+    "PriorityWorker",
     "PermanentError",
     "PublishError",
     "PublishInterrupted",

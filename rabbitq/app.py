@@ -13,7 +13,8 @@ from datetime import timedelta
 from types import EllipsisType
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ._amqp.outgoing import PublishStep
+from ._amqp.lanes import PriorityStep, check_priorities
+from ._amqp.outgoing import PublishStep, add_step
 from ._amqp.partition_plan import plan_app
 from ._amqp.partitions import check_partitions, partition_queue
 from ._amqp.publisher import DEFAULT_TIMEOUT as DEFAULT_PUBLISH_TIMEOUT
@@ -99,6 +100,8 @@ class App:
     chords' too; an ``idempotency`` or ``status`` given as well wins for its kind.
     ``middleware``: the app's own stages, run for every decoded delivery before its
     handler, in the worker and in ``rabbitq.testing`` (docs/middleware.md).
+    ``priorities=N``: ``publish(msg, priority=k)``, k 0 (default, lowest) to N-1, one lane
+    queue per level, the higher served first by weight (docs/control.md, "Priorities").
     """
 
     def __init__(
@@ -122,6 +125,7 @@ class App:
         partitions: int = 0,
         middleware: Sequence[Middleware] = (),
         backend: Backend | None = None,
+        priorities: int = 0,
     ) -> None:
         if prefetch < 1:
             raise ConfigurationError(f"prefetch must be at least 1, not {prefetch}")
@@ -157,6 +161,10 @@ class App:
         self.partitions = check_partitions(partitions)  # docs/ordering.md
         self.partition_index = 0  # of the view that partition()'s worker runs
         self.partition_base = queue  # partitions: <it>.p0, ...; its views keep it
+        self.priorities = check_priorities(priorities, partitions=partitions)
+        self.lane: int | None = None  # a lane's view sets it, and its queue (worker.lanes)
+        if self.priorities > 1:
+            self.publish_steps = add_step(self.publish_steps, PriorityStep(queue, priorities))
         self._handlers: dict[str, Handler] = {}
         self.schedules = Schedules()  # @app.schedule(...) registers here (rabbitq.schedule)
         self.topology()  # validate names and arguments now, not at first connect

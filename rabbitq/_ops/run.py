@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._worker.handler_pool import THREAD_PREFIX as HANDLER_THREAD_PREFIX
+from .._worker.laned import PriorityWorker
 from .._worker.lifecycle import DEFAULT_GRACE_PERIOD, Worker
 from .._worker.partitioned import AnyWorker, PartitionedWorker, homes
 from ..app import App
@@ -117,7 +118,7 @@ def worker_for(
             tls=spec.tls,
             consumer_timeout=spec.consumer_timeout,
         )
-    return Worker(
+    return (PriorityWorker if app.priorities > 1 else Worker)(
         app,
         url=spec.url,
         prefetch=spec.prefetch,
