@@ -2,7 +2,7 @@
 :class:`~rabbitq._worker.lifecycle.Worker` per lane queue, in one process, sharing one
 :class:`~rabbitq._worker.lane_gate.LaneGate` of ``prefetch`` handler slots.
 
-Each lane's worker consumes its lane with the app's prefetch (so a lane's next
+Each lane's worker consumes its lane with twice the app's prefetch (so a lane's next
 deliveries are already here when a slot frees) and runs them through the gate, which
 lets a waiting delivery of a higher lane in first by weight. A lane's worker settles as
 any worker does: its retries go through the delay ladder back to its lane
@@ -30,6 +30,9 @@ from .stopping import run_until_stopped
 
 log = logging.getLogger("rabbitq.worker")
 
+WAITING_ROOM = 2
+"""A lane's broker prefetch, in handler slots (``prefetch``) of the whole worker."""
+
 
 def lane_view(app: App, level: int, gate: LaneGate) -> App:
     """``app`` as the worker of lane ``level`` sees it: ``queue`` the lane's queue, the
@@ -52,8 +55,11 @@ class PriorityWorker:
         app.topology()  # refused here, in one line, if it cannot have lanes
         self.whole = app
         self._hooks = combine(options.get("hooks"))
-        self.gate = LaneGate(options.get("prefetch") or app.prefetch, app.priorities)
-        self._options = {**options, "hooks": self._hooks}
+        slots = options.get("prefetch") or app.prefetch
+        self.gate = LaneGate(slots, app.priorities)
+        # a lane's consumer holds twice the slots: while a lane's handlers run, as many
+        # of its next deliveries wait here to claim the slots that free up
+        self._options = {**options, "hooks": self._hooks, "prefetch": WAITING_ROOM * slots}
         self.lanes = [
             Worker(lane_view(app, level, self.gate), **self._options)
             for level in range(app.priorities)
@@ -118,15 +124,14 @@ class PriorityWorker:
         await run_until_stopped(self, self._stop, install_signal_handlers=install_signal_handlers)
 
     async def start(self) -> None:
-        """Start every lane's worker, the highest first; if one cannot start, stop the
-        others and raise."""
-        try:
-            for worker in reversed(self.lanes):
-                await worker.start()
-                self._started.append(worker)
-        except BaseException:
+        """Start every lane's worker at once (so that no lane takes every slot while
+        another connects); if one cannot start, stop them all and raise its error."""
+        results = await asyncio.gather(*(w.start() for w in self.lanes), return_exceptions=True)
+        self._started = [w for w, r in zip(self.lanes, results, strict=True) if r is None]
+        errors = [r for r in results if isinstance(r, BaseException)]
+        if errors:
             await self.shutdown()
-            raise
+            raise errors[0]
         log.info("lanes of %r: %s", self.whole.queue, ", ".join(self.started))
 
     def health(self) -> str | None:
