@@ -169,3 +169,23 @@ async def test_foreign_producers_and_priority_zero_go_to_lane_zero_and_bad_level
             await pub.publish(Job(n=3, level=2), priority=2)
     assert await queue_depth(connection, app.queue) == 1
     assert await queue_depth(connection, lane_queue(app.queue, 1)) == 1
+
+
+@pytest.mark.parametrize("queue_type", ["classic", "quorum"])
+async def test_a_delayed_publish_with_a_priority_is_delivered_into_its_lane(
+    make_app, queue_type
+):
+    app = make_app(priorities=3, queue_type=queue_type)
+    seen: list[tuple[int, str]] = []
+
+    @app.handler(Job)
+    async def handle(msg: Job, ctx: Context) -> None:
+        seen.append((msg.n, ctx.queue))
+
+    async with running(PriorityWorker(app)):
+        async with app.publisher() as pub:
+            await pub.publish(Job(n=1, level=1), priority=1, delay=0.3)
+            await pub.publish(Job(n=2, level=0), delay=0.3)
+        await wait_for(lambda: len(seen) == 2, timeout=30)
+        await asyncio.sleep(0.5)  # a duplicate would show up now
+    assert sorted(seen) == [(1, lane_queue(app.queue, 1)), (2, app.queue)]
