@@ -106,27 +106,21 @@ def worker_for(
     app: App, spec: WorkerSpec, *, hooks: Hooks | None, home: list[int] | None = None
 ) -> AnyWorker:
     """A worker for ``app`` (already loaded: the demo builds its own) as ``spec`` says;
-    a partitioned app's runs every partition, ``home`` first (worker.partitioned)."""
+    a partitioned app's runs every partition, ``home`` first (worker.partitioned), and
+    an app with priorities every lane (worker.laned)."""
+    options: dict[str, Any] = {
+        "url": spec.url,
+        "prefetch": spec.prefetch,
+        "grace_period": spec.grace_period,
+        "hooks": hooks,
+        "tls": spec.tls,
+        "consumer_timeout": spec.consumer_timeout,
+    }
     if app.partitions:
-        return PartitionedWorker(
-            app,
-            home=home,
-            url=spec.url,
-            prefetch=spec.prefetch,
-            grace_period=spec.grace_period,
-            hooks=hooks,
-            tls=spec.tls,
-            consumer_timeout=spec.consumer_timeout,
-        )
-    return (PriorityWorker if app.priorities > 1 else Worker)(
-        app,
-        url=spec.url,
-        prefetch=spec.prefetch,
-        grace_period=spec.grace_period,
-        hooks=hooks,
-        tls=spec.tls,
-        consumer_timeout=spec.consumer_timeout,
-    )
+        return PartitionedWorker(app, home=home, **options)
+    if app.priorities > 1:
+        return PriorityWorker(app, **options)
+    return Worker(app, **options)
 
 
 def run(spec: WorkerSpec, *, child: Child | None = None) -> None:
