@@ -199,8 +199,9 @@ class Publisher:
         return self._channel
 
     async def _declare_ladder(self) -> None:
-        """Declare the delay ladder and bind the app's queue to it, once per publisher,
-        on a channel of its own (a missing queue closes the channel it was bound on)."""
+        """Declare the delay ladder and bind the app's queue (and its priority lanes) to
+        it, once per publisher, on a channel of its own (a missing queue closes the
+        channel it was bound on)."""
         async with self._ladder_lock:
             if self._ladder_ready:
                 return
@@ -212,7 +213,9 @@ class Publisher:
                     channel = await self._connection.channel(publisher_confirms=False)
                     try:
                         await ladder_declare.declare(channel, ladder.ladder(self._app.queue_type))
-                        await ladder_declare.bind_destination(channel, queue)
+                        lanes = [lane.name for lane in self._app.topology().lanes]  # priorities
+                        for queue in (self._app.queue, *lanes):
+                            await ladder_declare.bind_destination(channel, queue)
                     finally:
                         if not channel.is_closed:
                             await channel.close()
