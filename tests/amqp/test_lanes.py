@@ -3,7 +3,9 @@ publish step does, where a lane's retry goes; and an app without priorities unch
 
 from __future__ import annotations
 
+import orjson
 import pytest
+from click.testing import CliRunner
 
 from rabbitq import App, ConfigurationError, Message, RetryPolicy
 from rabbitq._amqp import copy
@@ -20,6 +22,7 @@ from rabbitq._amqp.lanes import (
 from rabbitq._amqp.outgoing import Outgoing
 from rabbitq._amqp.properties import new as new_properties
 from rabbitq._amqp.topology import plan
+from rabbitq.cli import main
 from rabbitq.ladder.plan import DELAY_TO
 from rabbitq.outcome import Retry
 from tests.amqp.test_copy import Delivery
@@ -148,3 +151,21 @@ def test_a_lanes_retry_goes_through_the_ladder_back_to_the_lane_and_lane_zeros_a
     assert (lane.properties.headers or {})[DELAY_TO] == "mails.prio.2"
     main = copy.retry(Delivery(), Retry(1000, 2), queue="mails", **kw)  # type: ignore[arg-type]
     assert (main.exchange, main.target) == ("", "mails.retry.1s")
+
+
+
+def test_rabbitq_topology_dry_run_shows_every_lane_and_its_bindings(tmp_path, monkeypatch):
+    (tmp_path / "lanes_cli_app.py").write_text(
+        "from rabbitq import App, Message\n"
+        "class Send(Message, type='email.send'):\n    to: str\n"
+        "app = App(queue='emails', priorities=3)\n"
+        "app.handler(Send)(lambda m: None)\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    args = ["topology", "lanes_cli_app:app", "--dry-run", "--json", "--url", "amqp://x@127.0.0.1:1/"]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    names = {(row["kind"], row["name"]) for row in orjson.loads(result.output)}
+    assert {("main", "emails.prio.1"), ("main", "emails.prio.2")} <= names
+    assert ("binding", "rabbitq -> emails.prio.2") in names
+    assert ("binding", "rabbitq.delay.deliver -> emails.prio.2") in names
