@@ -11,9 +11,24 @@ from collections import Counter
 
 import pytest
 
-from rabbitq import Context, Message, PermanentError, PriorityWorker, RetryPolicy, dlq
+from rabbitq import (
+    ConfigurationError,
+    Context,
+    Message,
+    PermanentError,
+    PriorityWorker,
+    RetryPolicy,
+    dlq,
+)
 from rabbitq._amqp.lanes import PRIORITY, lane_queue, weight
-from tests.helpers import declare_topology, drain_queue, queue_depth, running, wait_for
+from tests.helpers import (
+    declare_topology,
+    drain_queue,
+    publish_bare,
+    queue_depth,
+    running,
+    wait_for,
+)
 
 pytestmark = pytest.mark.broker
 
@@ -153,7 +168,7 @@ async def test_a_retried_message_comes_back_into_its_lane_and_a_replay_too(
 
 
 async def test_foreign_producers_and_priority_zero_go_to_lane_zero_and_bad_levels_are_refused(
-    make_app, connection
+    make_app, connection, broker_url
 ):
     app = make_app(priorities=2)
 
@@ -165,9 +180,11 @@ async def test_foreign_producers_and_priority_zero_go_to_lane_zero_and_bad_level
     async with app.publisher() as pub:
         await pub.publish(Job(n=1, level=0))
         await pub.publish(Job(n=2, level=1), priority=1)
-        with pytest.raises(Exception, match=r"priority must be 0 to 1"):
+        with pytest.raises(ConfigurationError, match=r"priority must be 0 to 1"):
             await pub.publish(Job(n=3, level=2), priority=2)
-    assert await queue_depth(connection, app.queue) == 1
+    # another producer, with the type name as routing key and nothing else: lane 0
+    await publish_bare(broker_url, app.exchange, "test.prio.job", b'{"n": 4, "level": 0}')
+    assert await queue_depth(connection, app.queue) == 2
     assert await queue_depth(connection, lane_queue(app.queue, 1)) == 1
 
 
