@@ -157,7 +157,7 @@ def test_a_lanes_retry_goes_through_the_ladder_back_to_the_lane_and_lane_zeros_a
 def test_rabbitq_topology_dry_run_shows_every_lane_and_its_bindings(tmp_path, monkeypatch):
     (tmp_path / "lanes_cli_app.py").write_text(
         "from rabbitq import App, Message\n"
-        "class Send(Message, type='email.send'):\n    to: str\n"
+        "class Send(Message, type='lanes.cli.send'):\n    to: str\n"
         "app = App(queue='emails', priorities=3)\n"
         "app.handler(Send)(lambda m: None)\n"
     )
