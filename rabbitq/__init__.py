@@ -35,6 +35,7 @@ from .errors import (
     RetryLater,
     TopologyMismatch,
     Unroutable,
+    WorkflowIdInUse,
 )
 from .handler import Handler
 from .hooks import Hooks
@@ -88,6 +89,7 @@ __all__ = [
     "TopologyMismatch",
     "Unroutable",
     "Worker",
+    "WorkflowIdInUse",
     "__version__",
     "chain",
     "chord",

@@ -13,7 +13,7 @@ from datetime import timedelta
 from types import EllipsisType
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ._amqp.lanes import PriorityStep, check_priorities
+from ._amqp.lanes import WHOLE, check_priorities, with_priority_step
 from ._amqp.outgoing import PublishStep, add_step
 from ._amqp.partition_plan import plan_app
 from ._amqp.partitions import check_partitions, partition_queue
@@ -41,8 +41,10 @@ from .handler import (
     is_async_fn,
     wants_context,
 )
-from .job import Middleware, Stage, check_middleware
+from .job import Middleware, Stage, add_stage, check_middleware
 from .message import Message
+from .payloads.steps import Fetch, Offload
+from .payloads.store import BlobStore
 from .ratelimit.gate import RateBackend
 from .retry import RetryPolicy
 from .schedule.spec import DEFAULT_CATCH_UP, CatchUp, Schedules
@@ -100,8 +102,9 @@ class App:
     chords' too; an ``idempotency`` or ``status`` given as well wins for its kind.
     ``middleware``: the app's own stages, run for every decoded delivery before its
     handler, in the worker and in ``rabbitq.testing`` (docs/middleware.md).
-    ``priorities=N``: ``publish(msg, priority=k)``, k 0 (default, lowest) to N-1, one lane
-    queue per level, the higher served first by weight (docs/control.md, "Priorities").
+    ``large_payloads`` (a :class:`~rabbitq.payloads.PostgresBlobs` or ``S3Blobs``) keeps
+    bodies above its ``above`` size out of the broker (docs/payloads.md).
+    ``priorities=N``: ``publish(msg, priority=k)``, 0 to N-1, by weight (docs/control.md).
     """
 
     def __init__(
@@ -125,6 +128,7 @@ class App:
         partitions: int = 0,
         middleware: Sequence[Middleware] = (),
         backend: Backend | None = None,
+        large_payloads: BlobStore | None = None,
         priorities: int = 0,
     ) -> None:
         if prefetch < 1:
@@ -158,13 +162,15 @@ class App:
         # its decode), in their fixed order (amqp.outgoing.add_step, job.add_stage).
         self.publish_steps: tuple[PublishStep, ...] = ()
         self.delivery_stages: tuple[Stage, ...] = ()
+        self.large_payloads = large_payloads  # docs/payloads.md
+        if large_payloads is not None:
+            self.publish_steps = add_step(self.publish_steps, Offload(large_payloads))
+            self.delivery_stages = add_stage(self.delivery_stages, Fetch(large_payloads))
         self.partitions = check_partitions(partitions)  # docs/ordering.md
         self.partition_index = 0  # of the view that partition()'s worker runs
         self.partition_base = queue  # partitions: <it>.p0, ...; its views keep it
-        self.priorities = check_priorities(priorities, partitions=partitions)
-        self.lane: int | None = None  # a lane's view sets it, and its queue (worker.lanes)
-        if self.priorities > 1:
-            self.publish_steps = add_step(self.publish_steps, PriorityStep(queue, priorities))
+        self.priorities, self.lane = check_priorities(priorities, partitions=partitions), WHOLE
+        self.publish_steps = with_priority_step(self.publish_steps, queue, self.priorities)
         self._handlers: dict[str, Handler] = {}
         self.schedules = Schedules()  # @app.schedule(...) registers here (rabbitq.schedule)
         self.topology()  # validate names and arguments now, not at first connect

@@ -24,13 +24,15 @@ from collections.abc import Iterable
 from typing import Any
 
 from ..errors import ConfigurationError
-from .outgoing import Outgoing, SendNext
+from .outgoing import Outgoing, PublishStep, SendNext, add_step
 from .topology import QueueSpec, Topology
 
 PRIORITY = "rabbitq-priority"
 """The header that carries a message's priority level (absent: 0)."""
 MAX_PRIORITIES = 10
 LANE_INFIX = ".prio."
+WHOLE: int | None = None
+"""``App.lane`` of the app itself; one lane's view (worker.laned) has its level."""
 
 
 def check_priorities(priorities: int, *, partitions: int = 0) -> int:
@@ -140,6 +142,14 @@ class PriorityStep:
             out.queue = lane_queue(self.queue, level)
             out.headers[PRIORITY] = level
         return await call_next(out)
+
+
+def with_priority_step(
+    steps: tuple[PublishStep, ...], queue: str, priorities: int
+) -> tuple[PublishStep, ...]:
+    """An app's publish steps with :class:`PriorityStep` in its place, if it has
+    priorities (2 levels or more); else unchanged."""
+    return steps if priorities < 2 else add_step(steps, PriorityStep(queue, priorities))
 
 
 def lane_spec(topology: Topology, level: int) -> QueueSpec:
