@@ -10,6 +10,7 @@ from ._amqp.publisher import Publisher
 from ._amqp.sync_publisher import SyncPublisher
 from ._ops.endpoints import serve_metrics
 from ._ops.metrics import Metrics
+from ._worker.laned import PriorityWorker
 from ._worker.lifecycle import Worker
 from ._worker.partitioned import PartitionedWorker
 from .app import App
@@ -77,6 +78,7 @@ __all__ = [
     "PartialPublish",
     "PartitionedWorker",
     "PermanentError",
+    "PriorityWorker",
     "PublishError",
     "PublishInterrupted",
     "PublishNacked",

@@ -13,6 +13,7 @@ from datetime import timedelta
 from types import EllipsisType
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from ._amqp.lanes import WHOLE, check_priorities, with_priority_step
 from ._amqp.outgoing import PublishStep, add_step
 from ._amqp.partition_plan import plan_app
 from ._amqp.partitions import check_partitions, partition_queue
@@ -104,6 +105,7 @@ class App:
     handler, in the worker and in ``rabbitq.testing`` (docs/middleware.md).
     ``large_payloads`` (a :class:`~rabbitq.payloads.PostgresBlobs` or ``S3Blobs``) keeps
     bodies above its ``above`` size out of the broker (docs/payloads.md).
+    ``priorities=N``: ``publish(msg, priority=k)``, 0 to N-1, by weight (docs/control.md).
     """
 
     def __init__(
@@ -128,6 +130,7 @@ class App:
         middleware: Sequence[Middleware] = (),
         backend: Backend | None = None,
         large_payloads: BlobStore | None = None,
+        priorities: int = 0,
     ) -> None:
         if prefetch < 1:
             raise ConfigurationError(f"prefetch must be at least 1, not {prefetch}")
@@ -167,6 +170,8 @@ class App:
         self.partitions = check_partitions(partitions)  # docs/ordering.md
         self.partition_index = 0  # of the view that partition()'s worker runs
         self.partition_base = queue  # partitions: <it>.p0, ...; its views keep it
+        self.priorities, self.lane = check_priorities(priorities, partitions=partitions), WHOLE
+        self.publish_steps = with_priority_step(self.publish_steps, queue, self.priorities)
         self._handlers: dict[str, Handler] = {}
         self.schedules = Schedules()  # @app.schedule(...) registers here (rabbitq.schedule)
         self.topology()  # validate names and arguments now, not at first connect

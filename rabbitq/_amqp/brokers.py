@@ -301,12 +301,16 @@ FACT_ROWS: tuple[FactRow, ...] = (
     FactRow(
         fact="message priority on a quorum queue",
         values=(
-            "ignored",
-            "2 levels (0-4 normal, 5+ high)",
-            "strict levels 0-31, no `x-max-priority`",
+            "none: the `priority` property is ignored, `x-max-priority` refused "
+            "(PRECONDITION_FAILED)",
+            "2 levels (0-4 normal, 5+ high), shared fairly (about 2:1), not strict",
+            "strict levels 0-31",
         ),
-        verified="no",
-        docs="RabbitMQ 4.0 and 4.3 release notes",
+        verified="yes, by hand on 3.10.8: `x-max-priority` refused on a quorum queue. rabbitq's "
+        "priorities (`App(priorities=N)`, docs/control.md) use one queue per level instead, "
+        "on every version, and publish with AMQP priority 0",
+        docs="RabbitMQ 4.0 and 4.3 release notes, rabbitmq-server #3973 and #8261, "
+        "rabbitmq-website PR #2526 (4.3's quorum priorities)",
     ),
     FactRow(
         fact="broker-side delayed retry on quorum queues",

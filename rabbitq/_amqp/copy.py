@@ -79,8 +79,9 @@ def retry(
     now: datetime | None = None,
 ) -> Copy:
     """The retry copy of ``delivery``, which failed in ``queue``: to the retry queue of
-    ``decision``'s delay, or (``decision.ladder``: a ``RetryLater`` of any delay) into the
-    delay ladder, addressed to ``queue`` only and due ``now`` plus the delay."""
+    ``decision``'s delay, or (``decision.ladder``: a ``RetryLater`` of any delay; or
+    ``queue`` a priority lane above 0) into the delay ladder, addressed to ``queue`` only
+    and due ``now`` plus the delay."""
     headers = h.retry_headers(
         delivery.headers,
         next_attempt=decision.next_attempt,
@@ -88,7 +89,9 @@ def retry(
         exchange=delivery.exchange or "",
         routing_key=delivery.routing_key or "",
     )
-    if decision.ladder:
+    if decision.ladder or any(lane.name == queue for lane in topology.lanes):
+        # (a priority lane's retries wait in the ladder too: the retry queues expire into
+        # the main queue, lane 0; see amqp.lanes)
         due = (now or datetime.now(UTC)) + timedelta(milliseconds=decision.delay_ms)
         headers |= {ladder.DELAY_TO: queue, ladder.DUE: ladder.due_header(due)}
         units = ladder.units_of_ms(decision.delay_ms)

@@ -8,6 +8,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from ..errors import ConfigurationError
+from .lanes import base_queue, with_lanes
 from .partitions import Partitioning, hash_exchange, partition_queue
 from .topology import DEFAULT_DELIVERY_LIMIT, QueueType, Topology, dlq_name, plan
 
@@ -15,7 +16,8 @@ from .topology import DEFAULT_DELIVERY_LIMIT, QueueType, Topology, dlq_name, pla
 def plan_app(app: Any) -> Topology:
     """Every queue, argument and binding ``app`` (a :class:`rabbitq.App`) declares:
     one retry queue per delay that some handler uses (an ordered handler's retries wait
-    in the worker, so a partitioned app has none for them)."""
+    in the worker, so a partitioned app has none for them); with ``priorities=N``, the
+    lanes beside the main queue (amqp.lanes)."""
     handlers = app.handlers
     blocked = any(h.on_dead == "block" for h in handlers.values())  # the registry
     if app.partitions:  # partition 0's queues and all the rest
@@ -26,12 +28,18 @@ def plan_app(app: Any) -> Topology:
             routing_keys=handlers, count=app.partitions, index=app.partition_index,
             queue_type=app.queue_type, delivery_limit=app.delivery_limit, blocked=blocked,
         )  # fmt: skip
-    return plan(
-        queue=app.queue, exchange=app.exchange,
+    priorities = getattr(app, "priorities", 0)
+    if priorities > 1 and (ordered := [n for n, h in handlers.items() if h.ordered_by]):
+        raise ConfigurationError(
+            f"priorities cannot be combined with ordered_by ({', '.join(sorted(ordered))}): "
+            "a key's messages in two lanes would run out of order"
+        )
+    return with_lanes(plan(
+        queue=base_queue(app), exchange=app.exchange,
         delays_ms={ms for h in handlers.values() for ms in h.retry.delays_ms},
         blocked=blocked, routing_keys=handlers, queue_type=app.queue_type,
         delivery_limit=app.delivery_limit,
-    )  # fmt: skip
+    ), priorities)  # fmt: skip
 
 
 def plan_partition(

@@ -57,6 +57,7 @@ from . import headers as h
 from . import partitions, properties
 from .confirm import FAILURES, error_kind, retry_waits, send_confirmed, within
 from .connection import connect
+from .lanes import check_priority
 from .outgoing import Outgoing, PublishStep, compose
 from .topology import Topology, mismatch_from_error
 
@@ -198,8 +199,9 @@ class Publisher:
         return self._channel
 
     async def _declare_ladder(self) -> None:
-        """Declare the delay ladder and bind the app's queue to it, once per publisher,
-        on a channel of its own (a missing queue closes the channel it was bound on)."""
+        """Declare the delay ladder and bind the app's queue (and its priority lanes) to
+        it, once per publisher, on a channel of its own (a missing queue closes the
+        channel it was bound on)."""
         async with self._ladder_lock:
             if self._ladder_ready:
                 return
@@ -211,7 +213,9 @@ class Publisher:
                     channel = await self._connection.channel(publisher_confirms=False)
                     try:
                         await ladder_declare.declare(channel, ladder.ladder(self._app.queue_type))
-                        await ladder_declare.bind_destination(channel, queue)
+                        lanes = [lane.name for lane in self._app.topology().lanes]  # priorities
+                        for queue in (self._app.queue, *lanes):
+                            await ladder_declare.bind_destination(channel, queue)
                     finally:
                         if not channel.is_closed:
                             await channel.close()
@@ -257,6 +261,7 @@ class Publisher:
         reply_to: str | None = None,
         delay: float | timedelta | None = None,
         at: datetime | None = None,
+        priority: int = 0,
     ) -> str:
         """Publish and wait for the broker's confirm; return the ``message_id``.
 
@@ -266,14 +271,19 @@ class Publisher:
         (its rounding up) plus the broker's hops later (docs/delays.md). A naive
         datetime, a negative delay, both, or a delay beyond the ladder raise
         :class:`~rabbitq.DelayError` before anything is sent. A chain, group or chord
-        returns its id (docs/workflows.md).
+        returns its id (docs/workflows.md). ``priority``: 0 (default, the lowest) to
+        N-1 with ``App(priorities=N)`` (docs/control.md, "Priorities").
         """
         if not isinstance(message, Message):  # a workflow: only its own id= applies
-            if message_id or correlation_id or headers or reply_to or delay is not None or at:
+            if message_id or correlation_id or headers or reply_to or at or priority or (
+                delay is not None
+            ):
                 raise ConfigurationError("publish(workflow) takes no other argument")
             return await message.publish_on(self, self._app)
         if delay is not None or at is not None:  # a bad delay is refused before any step acts
             ladder.due_in(delay=delay, at=at)
+        if priority:  # so is a bad priority (amqp.lanes)
+            check_priority(priority, getattr(self._app, "priorities", 0))
         props = properties.new(
             message,
             message_id=message_id,
@@ -285,6 +295,7 @@ class Publisher:
         out = Outgoing(
             message=message, type_name=name, body=encode(message), props=props,
             exchange=app.exchange, routing_key=name, queue=app.queue, delay=delay, at=at,
+            options={"priority": priority} if priority else {},
         )  # fmt: skip
         if not app.publish_steps:
             return await self._send(out)

@@ -88,11 +88,17 @@ class Topology:
     """``App(partitions=N)``: the hash exchange and every partition (amqp.partitions)."""
     blocked: QueueSpec | None = None
     """The blocked keys' registry, when a handler has ``on_dead="block"``."""
+    lanes: tuple[QueueSpec, ...] = ()
+    """``App(priorities=N)``: the queues of lanes 1 to N-1 (amqp.lanes; lane 0 is main)."""
+    lane_bindings: tuple[tuple[str, str], ...] = ()
+    """``(lane queue, routing key)`` of every lane's binding to ``exchange``."""
 
     @property
     def queues(self) -> tuple[QueueSpec, ...]:
-        """Main queue, retry queues (shortest delay first), DLQ, blocked keys' registry."""
-        return (self.main, *self.retries, self.dlq, *([self.blocked] if self.blocked else []))
+        """Main queue, lanes, retry queues (shortest delay first), DLQ, blocked keys'
+        registry."""
+        blocked = [self.blocked] if self.blocked else []
+        return (self.main, *self.lanes, *self.retries, self.dlq, *blocked)
 
     def depth_specs(self) -> list[tuple[str, str]]:
         """``(name, kind)`` of every queue, as :func:`queue_depths` takes them (with
@@ -314,8 +320,11 @@ async def declare(channel: AbstractChannel, topology: Topology) -> AbstractQueue
         main = declared[topology.main.name]
         for key in topology.routing_keys:
             await main.bind(exchange, routing_key=key)
+        for name, key in topology.lane_bindings:
+            await declared[name].bind(exchange, routing_key=key)
         await ladder_declare.declare(channel, topology.ladder)
-        await main.bind(DELIVER_EXCHANGE, arguments=destination_arguments(main.name))
+        for queue in (main, *(declared[lane.name] for lane in topology.lanes)):
+            await queue.bind(DELIVER_EXCHANGE, arguments=destination_arguments(queue.name))
         if topology.partitioning is not None:
             await partitions.declare(channel, topology.partitioning)
     except aiormq.exceptions.ChannelPreconditionFailed as exc:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._worker.handler_pool import THREAD_PREFIX as HANDLER_THREAD_PREFIX
+from .._worker.laned import PriorityWorker
 from .._worker.lifecycle import DEFAULT_GRACE_PERIOD, Worker
 from .._worker.partitioned import AnyWorker, PartitionedWorker, homes
 from ..app import App
@@ -105,27 +106,21 @@ def worker_for(
     app: App, spec: WorkerSpec, *, hooks: Hooks | None, home: list[int] | None = None
 ) -> AnyWorker:
     """A worker for ``app`` (already loaded: the demo builds its own) as ``spec`` says;
-    a partitioned app's runs every partition, ``home`` first (worker.partitioned)."""
+    a partitioned app's runs every partition, ``home`` first (worker.partitioned), and
+    an app with priorities every lane (worker.laned)."""
+    options: dict[str, Any] = {
+        "url": spec.url,
+        "prefetch": spec.prefetch,
+        "grace_period": spec.grace_period,
+        "hooks": hooks,
+        "tls": spec.tls,
+        "consumer_timeout": spec.consumer_timeout,
+    }
     if app.partitions:
-        return PartitionedWorker(
-            app,
-            home=home,
-            url=spec.url,
-            prefetch=spec.prefetch,
-            grace_period=spec.grace_period,
-            hooks=hooks,
-            tls=spec.tls,
-            consumer_timeout=spec.consumer_timeout,
-        )
-    return Worker(
-        app,
-        url=spec.url,
-        prefetch=spec.prefetch,
-        grace_period=spec.grace_period,
-        hooks=hooks,
-        tls=spec.tls,
-        consumer_timeout=spec.consumer_timeout,
-    )
+        return PartitionedWorker(app, home=home, **options)
+    if app.priorities > 1:
+        return PriorityWorker(app, **options)
+    return Worker(app, **options)
 
 
 def run(spec: WorkerSpec, *, child: Child | None = None) -> None:

@@ -91,6 +91,8 @@ class Worker:
                 f"App(partitions={app.partitions}) runs with PartitionedWorker(app) (as "
                 "`rabbitq worker` does), or one partition with Worker(app.partition(i))"
             )
+        if app.priorities > 1 and app.lane is None:  # one Worker per lane: worker.laned
+            raise ConfigurationError("App(priorities=N) runs with PriorityWorker(app)")
         self.app = app
         self.url = app.resolved_url(url)
         self.tls = tls or app.tls

@@ -41,6 +41,7 @@ from .._amqp.topology import queue_depths
 from ..app import App
 from ..errors import ConfigurationError
 from ..hooks import Hooks, combine
+from .laned import PriorityWorker
 from .lifecycle import Worker
 from .stopping import run_until_stopped
 
@@ -289,6 +290,7 @@ async def _consumers(worker: Worker) -> int:
     return depth.consumers
 
 
-AnyWorker = Worker | PartitionedWorker
+AnyWorker = Worker | PartitionedWorker | PriorityWorker
 """What runs an app: a :class:`Worker`, or a :class:`PartitionedWorker` for
-``App(partitions=N)`` (both have ``run``, ``stop``, ``health``, ``ready``, ``app``...)."""
+``App(partitions=N)``, a :class:`PriorityWorker` for ``App(priorities=N)`` (all have
+``run``, ``stop``, ``health``, ``ready``, ``app``...)."""

@@ -45,6 +45,10 @@ def _topology_rows(topology: Topology) -> list[dict[str, Any]]:
         }
         for k in topology.routing_keys
     ]
+    rows += [  # App(priorities=N): each lane's own keys (docs/control.md)
+        {"kind": "binding", "name": f"{topology.exchange} -> {q}", "arguments": {"routing_key": k}}
+        for q, k in topology.lane_bindings
+    ]
     if (p := topology.partitioning) is not None:  # App(partitions=N): docs/ordering.md
         rows.append({"kind": "exchange", "name": p.exchange, "arguments": p.hash_arguments})
         rows += [
@@ -65,11 +69,14 @@ def _topology_rows(topology: Topology) -> list[dict[str, Any]]:
     levels = ladder.levels
     rows += [
         {"kind": "exchange", "name": ladder.deliver_exchange, "arguments": {"type": "headers"}},
-        {
-            "kind": "binding",
-            "name": f"{ladder.deliver_exchange} -> {topology.main.name}",
-            "arguments": destination_arguments(topology.main.name),
-        },
+        *(
+            {
+                "kind": "binding",
+                "name": f"{ladder.deliver_exchange} -> {name}",
+                "arguments": destination_arguments(name),
+            }
+            for name in (topology.main.name, *(lane.name for lane in topology.lanes))
+        ),
         {
             "kind": "delay ladder",
             "name": f"{levels[0].name} .. {levels[-1].name.rpartition('.')[2]}",

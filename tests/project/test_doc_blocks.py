@@ -11,10 +11,11 @@ Each marked block is written into a fresh directory outside the repository (with
 named blocks that come before it on the same page, so that ``publish.py`` can import
 ``myservice``) and run in a subprocess with no broker reachable: the module runs as
 ``__main__``, every ``App`` it defines is given to ``Worker`` (``PartitionedWorker`` for
-``App(partitions=N)``) as ``rabbitq worker`` does before it connects, which refuses an
-app without handlers, and every ``test_*`` function it defines is called, as pytest
-would. A block that needs a broker is left unmarked: the README tutorial's publish and
-worker run against the broker in tests/integration/test_readme_tutorial_live.py.
+``App(partitions=N)``, ``PriorityWorker`` for ``App(priorities=N)``) as ``rabbitq
+worker`` does before it connects, which refuses an app without handlers, and every
+``test_*`` function it defines is called, as pytest would. A block that needs a broker
+is left unmarked: the README tutorial's publish and worker run against the broker in
+tests/integration/test_readme_tutorial_live.py.
 """
 
 from __future__ import annotations
@@ -37,12 +38,13 @@ MARKED = re.compile(
 # Runs one block as a user's module would run, then what `rabbitq worker` does first.
 CHECK = """
 import inspect, runpy, sys
-from rabbitq import App, PartitionedWorker, Worker
+from rabbitq import App, PartitionedWorker, PriorityWorker, Worker
 
 names = runpy.run_path(sys.argv[1], run_name="__main__")
 for value in list(names.values()):
     if isinstance(value, App):
-        (PartitionedWorker if value.partitions else Worker)(value)
+        kind = PartitionedWorker if value.partitions else Worker
+        (PriorityWorker if value.priorities > 1 else kind)(value)
 for name, value in list(names.items()):
     if name.startswith("test_") and inspect.isfunction(value):
         value()
