@@ -39,6 +39,7 @@ from .handler import (
     check_max_body_size,
     check_ordered,
     check_timeout,
+    inherited,
     is_async_fn,
     wants_context,
 )
@@ -230,44 +231,22 @@ class App:
         if name in self._handlers:
             raise ConfigurationError(f"{self!r} already has a handler for {name!r}")
         dead = check_ordered(ordered_by, on_dead)
-
-        limit = self.timeout if isinstance(timeout, EllipsisType) else check_timeout(timeout)
-        size = (
-            self.max_body_size
-            if isinstance(max_body_size, EllipsisType)
-            else check_max_body_size(max_body_size)
-        )
-
+        limit = inherited(timeout, self.timeout, check_timeout)
+        size = inherited(max_body_size, self.max_body_size, check_max_body_size)
+        circuit = inherited(breaker, self.breaker, check_breaker)
+        store = inherited(idempotency, self.idempotency, lambda given: given)
         limits = build_limit(
-            rate_limit=rate_limit,
-            burst=burst,
-            concurrency=concurrency,
-            limiter=limiter,
-            limit_key=limit_key,
-            default_key=f"{self.queue}:{name}",
-            prefetch=self.prefetch,
-        )
+            rate_limit=rate_limit, burst=burst, concurrency=concurrency, limiter=limiter,
+            limit_key=limit_key, default_key=f"{self.queue}:{name}", prefetch=self.prefetch,
+        )  # fmt: skip
 
         def register(fn: HandlerFn) -> HandlerFn:
             self._handlers[name] = Handler(
-                model=model,
-                fn=fn,
-                retry=retry or self.retry,
-                timeout=limit,
-                is_async=is_async_fn(fn),
-                wants_context=wants_context(fn),
-                max_body_size=size,
-                breaker=self.breaker
-                if isinstance(breaker, EllipsisType)
-                else check_breaker(breaker),
-                limit=limits,
-                idempotency=self.idempotency
-                if isinstance(idempotency, EllipsisType)
-                else idempotency,
-                key=key,
-                ordered_by=ordered_by,
-                on_dead=dead,
-            )
+                model=model, fn=fn, retry=retry or self.retry, timeout=limit,
+                is_async=is_async_fn(fn), wants_context=wants_context(fn), max_body_size=size,
+                breaker=circuit, limit=limits, idempotency=store, key=key,
+                ordered_by=ordered_by, on_dead=dead,
+            )  # fmt: skip
             return fn
 
         return register

@@ -6,6 +6,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from types import EllipsisType
 from typing import TYPE_CHECKING, Any, Concatenate, Literal, ParamSpec, Protocol, TypeVar
 
 from .batch import BatchLimits
@@ -26,6 +27,7 @@ OnDead = Literal["skip", "block"]  # an ordered key after a dead letter (docs/or
 M = TypeVar("M", bound=Message)
 P = ParamSpec("P")
 R = TypeVar("R")
+T = TypeVar("T")
 A = TypeVar("A", bound=Awaitable[Any])
 
 
@@ -110,6 +112,12 @@ def check_timeout(timeout: float | None) -> float | None:
     if timeout is not None and not timeout > 0:
         raise ConfigurationError(f"timeout must be positive seconds or None, not {timeout!r}")
     return timeout
+
+
+def inherited(given: T | EllipsisType, default: T, check: Callable[[T], T]) -> T:
+    """A handler's option: the app's ``default`` where it was not given (``...``), else
+    ``given`` as ``check`` accepts it (None included: "none for this handler")."""
+    return default if isinstance(given, EllipsisType) else check(given)
 
 
 def build_limit(
