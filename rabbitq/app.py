@@ -22,6 +22,8 @@ from ._amqp.topology import DEFAULT_DELIVERY_LIMIT, DEFAULT_QUEUE_TYPE, QueueTyp
 from .backends.defaults import Backend, app_stores
 from .batch import DEFAULT_MAX_SIZE, DEFAULT_MAX_WAIT, BatchLimits
 from .breaker import Breaker
+from .cancellation.cancel import cancel as cancel_messages
+from .cancellation.stage import cancel_stage
 from .errors import ConfigurationError
 from .handler import (
     DEFAULT_MAX_BODY_SIZE,
@@ -40,7 +42,7 @@ from .handler import (
     is_async_fn,
     wants_context,
 )
-from .job import Middleware, Stage, check_middleware
+from .job import Middleware, Stage, add_stage, check_middleware
 from .message import Message
 from .ratelimit.gate import RateBackend
 from .retry import RetryPolicy
@@ -56,6 +58,7 @@ from .tracing.base import NO_TRACING, Tracing
 from .workflow.chords import read_result
 
 if TYPE_CHECKING:
+    from .cancellation.model import CancelReport
     from .effects.outbox import Outbox
     from .effects.store import IdempotencyStore
     from .hooks import Hooks
@@ -99,6 +102,8 @@ class App:
     chords' too; an ``idempotency`` or ``status`` given as well wins for its kind.
     ``middleware``: the app's own stages, run for every decoded delivery before its
     handler, in the worker and in ``rabbitq.testing`` (docs/middleware.md).
+    ``cancellable=True``: :meth:`cancel` works, and each delivery is first looked up in
+    the store's cancellations (needs a ``backend`` or store; docs/control.md, "Cancel").
     """
 
     def __init__(
@@ -122,6 +127,7 @@ class App:
         partitions: int = 0,
         middleware: Sequence[Middleware] = (),
         backend: Backend | None = None,
+        cancellable: bool = False,
     ) -> None:
         if prefetch < 1:
             raise ConfigurationError(f"prefetch must be at least 1, not {prefetch}")
@@ -154,6 +160,9 @@ class App:
         # its decode), in their fixed order (amqp.outgoing.add_step, job.add_stage).
         self.publish_steps: tuple[PublishStep, ...] = ()
         self.delivery_stages: tuple[Stage, ...] = ()
+        if cancellable:  # docs/control.md, "Cancel"
+            cancel = cancel_stage(backend, idempotency, status)
+            self.delivery_stages = add_stage(self.delivery_stages, cancel)
         self.partitions = check_partitions(partitions)  # docs/ordering.md
         self.partition_index = 0  # of the view that partition()'s worker runs
         self.partition_base = queue  # partitions: <it>.p0, ...; its views keep it
@@ -347,6 +356,11 @@ class App:
         if self.status_writer is None:
             raise ConfigurationError(f"{self!r} has no status store: App(status=...)")
         return await lookup(self.status_writer.store, message_id)
+
+    async def cancel(self, *message_ids: str) -> list[CancelReport]:
+        """Cancel queued messages (``App(cancellable=True)``); one
+        :class:`~rabbitq.cancellation.CancelReport` per id says what each was."""
+        return await cancel_messages(self, message_ids)
 
     async def result(self, message_id: str) -> Any:
         """What ``message_id``'s handler returned (JSON), kept in the app's status store;
