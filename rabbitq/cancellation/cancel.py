@@ -16,6 +16,9 @@ from .model import NO_STATUS, CancelReport, pending, report
 from .stage import CancelStage
 
 
+READS = 8  # status reads in flight at once (a store's pool is small)
+
+
 def stage_of(app: Any) -> CancelStage:
     """``app``'s cancel stage; a ConfigurationError (one line) for an app without one."""
     for stage in app.delivery_stages:
@@ -34,7 +37,8 @@ async def cancel(app: Any, message_ids: Sequence[str]) -> list[CancelReport]:
     await stage.store.add(list(dict.fromkeys(ids)))
     writer = app.status_writer
     unique = list(dict.fromkeys(ids))
-    found = dict(zip(unique, await asyncio.gather(*(_report(writer, m) for m in unique))))
+    reads = asyncio.Semaphore(READS)
+    found = dict(zip(unique, await asyncio.gather(*(_report(writer, m, reads) for m in unique))))
     if writer is not None:
         now = time.time()
         for mid in pending(found):
@@ -43,11 +47,12 @@ async def cancel(app: Any, message_ids: Sequence[str]) -> list[CancelReport]:
     return [found[mid] for mid in ids]
 
 
-async def _report(writer: Any, message_id: str) -> CancelReport:
+async def _report(writer: Any, message_id: str, reads: asyncio.Semaphore) -> CancelReport:
     if writer is None:
         return report(message_id, None, has_status=False)
     try:
-        status = await message_status(writer.store, message_id)
+        async with reads:
+            status = await message_status(writer.store, message_id)
     except Exception as exc:  # noqa: BLE001 - the cancellation is recorded all the same
         text = f"cancelled if it arrives; its state is unknown (status store: {exc})"
         return CancelReport(message_id, NO_STATUS, text)

@@ -25,6 +25,7 @@ import redis.asyncio as aioredis
 from rabbitq import App, Context, Message, RetryPolicy, Worker
 from rabbitq.backends import Backend, PostgresBackend, RedisBackend
 from rabbitq.cancellation import model
+from rabbitq.cancellation.cancel import stage_of
 from rabbitq.status import MessageStatus
 from tests.effects.conftest import PG_URL, REDIS_URL, drop_tables
 from tests.helpers import running, wait_for
@@ -57,6 +58,24 @@ async def backend(request: pytest.FixtureRequest) -> AsyncIterator[Backend]:
         await client.aclose()
 
 
+@pytest.fixture
+async def make(
+    make_app: Callable[..., App], backend: Backend
+) -> AsyncIterator[Callable[..., App]]:
+    """``make(**kwargs)``: a cancellable app over ``backend``; its cancellations store
+    is closed after the test (``app.cancel`` after the worker stopped opens it again)."""
+    made: list[App] = []
+
+    def factory(**kwargs: Any) -> App:
+        app = make_app(backend=backend, cancellable=True, queue_type="classic", **kwargs)
+        made.append(app)
+        return app
+
+    yield factory
+    for app in made:
+        await stage_of(app).store.close()
+
+
 async def publish_all(app: App, messages: Sequence[Message], delay: float) -> list[str]:
     async with app.publisher() as pub:
         ids: list[str] = []
@@ -87,14 +106,12 @@ def acked_unrun_by_worker(status: MessageStatus | None) -> bool:
 
 @pytest.mark.timeout(300)
 async def test_500_of_1000_delayed_messages_cancelled_none_of_them_handled(
-    backend: Backend, make_app: Callable[..., App]
+    make: Callable[..., App]
 ) -> None:
-    # Classic: the shared broker's quorum ladder level 05 held ~4,700 messages pending
+    # Classic (make): the shared broker's quorum ladder level 05 held ~4,700 messages pending
     # at-least-once dead-lettering when this was written (another suite's doing); the
     # ladder's levels are shared by the vhost, and this test counts, it does not wait.
-    app = make_app(
-        backend=backend, cancellable=True, retry=RetryPolicy(delays=(10,)), queue_type="classic"
-    )
+    app = make(retry=RetryPolicy(delays=(10,)))
     runs: collections.Counter[int] = collections.Counter()
     handled: collections.Counter[int] = collections.Counter()
 
@@ -162,9 +179,9 @@ async def test_500_of_1000_delayed_messages_cancelled_none_of_them_handled(
 
 
 async def test_a_running_handler_sees_ctx_cancelled_within_the_poll_interval(
-    backend: Backend, make_app: Callable[..., App]
+    make: Callable[..., App]
 ) -> None:
-    app = make_app(backend=backend, cancellable=True)
+    app = make()
     started: dict[str, float] = {}
     saw: dict[str, float] = {}
 
@@ -197,9 +214,9 @@ class RemindOrder(Message, type="test.cancel.live.remind_order"):
 
 
 async def test_a_cancelled_order_is_never_captured_nor_reminded(
-    backend: Backend, make_app: Callable[..., App]
+    make: Callable[..., App]
 ) -> None:
-    app = make_app(backend=backend, cancellable=True, queue_type="classic")
+    app = make()
     done: list[tuple[str, str]] = []
 
     @app.handler(CaptureOrder)
