@@ -160,9 +160,7 @@ def _result(app: App, outcome: Outcome, sent: Sequence[FollowUp] = ()) -> Result
         "published": tuple(sent),
     }
     if isinstance(decision, Ack):
-        return Result(
-            outcome="ack", duplicate=outcome.duplicate, skipped=outcome.skipped, **common
-        )
+        return Result(outcome="ack", duplicate=outcome.duplicate, skipped=outcome.skipped, **common)
     if isinstance(decision, Requeue):
         return Result(outcome="requeue", **common)
     if isinstance(decision, Retry):

@@ -15,7 +15,6 @@ from ..status.model import CANCELLED, Record
 from .model import NO_STATUS, CancelReport, pending, report
 from .stage import CancelStage
 
-
 READS = 8  # status reads in flight at once (a store's pool is small)
 
 
@@ -38,7 +37,8 @@ async def cancel(app: Any, message_ids: Sequence[str]) -> list[CancelReport]:
     writer = app.status_writer
     unique = list(dict.fromkeys(ids))
     reads = asyncio.Semaphore(READS)
-    found = dict(zip(unique, await asyncio.gather(*(_report(writer, m, reads) for m in unique))))
+    answers = await asyncio.gather(*(_report(writer, m, reads) for m in unique))
+    found = dict(zip(unique, answers, strict=True))
     if writer is not None:
         now = time.time()
         for mid in pending(found):
@@ -53,7 +53,7 @@ async def _report(writer: Any, message_id: str, reads: asyncio.Semaphore) -> Can
     try:
         async with reads:
             status = await message_status(writer.store, message_id)
-    except Exception as exc:  # noqa: BLE001 - the cancellation is recorded all the same
+    except Exception as exc:  # the cancellation is recorded all the same
         text = f"cancelled if it arrives; its state is unknown (status store: {exc})"
         return CancelReport(message_id, NO_STATUS, text)
     return report(message_id, status, has_status=True)

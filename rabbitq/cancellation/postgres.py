@@ -71,7 +71,7 @@ class PostgresCancels:
                 await conn.execute(self._add, {"ids": ids, "keep": self.keep})
                 await conn.execute(self._clean, {"limit": CLEANUP_BATCH})
         except LINK_ERRORS as exc:
-            raise StoreUnavailable(f"{self!r}: {exc}") from exc
+            raise StoreUnavailable(f"cannot record cancellations in {self!r}: {exc}") from exc
 
     async def which(self, message_ids: Sequence[str]) -> set[str]:
         try:

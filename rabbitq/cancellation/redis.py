@@ -56,7 +56,7 @@ class RedisCancels:
                 pipe.set(self.prefix + mid, at, px=self.keep_ms)
             await pipe.execute()
         except (RedisError, OSError) as exc:
-            raise StoreUnavailable(f"{self!r}: {exc}") from exc
+            raise StoreUnavailable(f"cannot record cancellations in {self!r}: {exc}") from exc
 
     async def which(self, message_ids: Sequence[str]) -> set[str]:
         if not message_ids:

@@ -116,7 +116,7 @@ class CancelStage:
                 continue
             try:
                 found = await self.store.which(ids)
-            except Exception as exc:  # noqa: BLE001 - the next poll tries again
+            except Exception as exc:  # the next poll tries again
                 log.warning("cannot poll the cancellations of running messages: %s", exc)
                 continue
             for mid in found:
