@@ -18,6 +18,19 @@ from .stage import CancelStage
 READS = 8  # status reads in flight at once (a store's pool is small)
 
 
+def can_cancel(app: Any) -> bool:
+    """Whether ``app`` was made with ``App(cancellable=True)``."""
+    return any(isinstance(stage, CancelStage) for stage in app.delivery_stages)
+
+
+async def close_stores(app: Any) -> None:
+    """Close the cancellations store and the status store of ``app`` (a one-off caller:
+    the CLI, a console page)."""
+    await stage_of(app).store.close()
+    if app.status_writer is not None:
+        await app.status_writer.store.close()
+
+
 def stage_of(app: Any) -> CancelStage:
     """``app``'s cancel stage; a ConfigurationError (one line) for an app without one."""
     for stage in app.delivery_stages:

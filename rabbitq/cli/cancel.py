@@ -9,7 +9,7 @@ import click
 import orjson
 
 from ..app import App
-from ..cancellation.cancel import stage_of
+from ..cancellation.cancel import close_stores, stage_of
 from ..cancellation.model import CancelReport
 from ..dlq.text import escape
 from ..errors import ConfigurationError, RabbitqError
@@ -21,9 +21,7 @@ async def _cancel(app: App, ids: tuple[str, ...]) -> list[CancelReport]:
     try:
         return await app.cancel(*ids)
     finally:
-        await stage_of(app).store.close()
-        if app.status_writer is not None:
-            await app.status_writer.store.close()
+        await close_stores(app)
 
 
 @click.command("cancel")
