@@ -56,7 +56,8 @@ class CancelStage:
         self.store = store
         self.poll_interval = poll_interval
         self.running: dict[str, list[CancelFlag]] = {}
-        self._lookups: Batcher[str, bool] = Batcher(self._lookup)
+        # two lookups in flight: the next batch does not wait for the last round trip
+        self._lookups: Batcher[str, bool] = Batcher(self._lookup, max_in_flight=2)
         self._poller: asyncio.Task[None] | None = None
 
     def __repr__(self) -> str:
