@@ -7,8 +7,9 @@ Redis and over PostgreSQL (the stage alone: no idempotency or status store, so t
 ratio is the cancel check's own cost). Every delivery is looked up; the lookups of one
 event-loop turn go in one ``MGET`` / one ``SELECT ... = ANY``. A tenth of the messages
 were cancelled before the run (acked unrun: counted, not handled). Rounds alternate the
-order of the modes; the table shows the median (min-max) msg/s settled and the ratio to
-the plain app's median in the same run.
+order of the modes; the table shows the median (min-max) handled msg/s and the worker
+process's CPU time per message settled, each with its ratio to the plain app's median
+in the same run.
 """
 
 from __future__ import annotations
@@ -55,8 +56,8 @@ async def _prefill(conn: Any, queue: str, messages: list[Any], ids: list[str]) -
     await channel.close()
 
 
-async def consume(url: str, n: int, mode: str) -> float:
-    """msg/s settling ``n`` messages in ``mode``."""
+async def consume(url: str, n: int, mode: str) -> tuple[float, float]:
+    """Handled msg/s, and the process's CPU us per message settled, in ``mode``."""
     queue = unique_queue("cancel")
     app = App(
         queue=queue, exchange=queue + ".x", prefetch=PREFETCH, retry=RetryPolicy(delays=(60,))
@@ -93,7 +94,8 @@ async def consume(url: str, n: int, mode: str) -> float:
                 worker.stop()
                 await task
         assert hooks.first is not None and hooks.last is not None
-        return (n - cancelled) / (hooks.last - hooks.first)
+        cpu = (hooks.cpu[1] - hooks.cpu[0]) / n * 1e6
+        return (n - cancelled) / (hooks.last - hooks.first), cpu
     finally:
         if isinstance(backend, PostgresBackend):
             from tests.effects.conftest import drop_tables
@@ -110,17 +112,25 @@ async def consume(url: str, n: int, mode: str) -> float:
 
 async def main_async(url: str, n: int, rounds: int) -> None:
     results: dict[str, list[float]] = {m: [] for m in MODES}
+    cpus: dict[str, list[float]] = {m: [] for m in MODES}
     for r in range(rounds):
         for mode in MODES if r % 2 == 0 else tuple(reversed(MODES)):
-            results[mode].append(await consume(url, n, mode))
+            rate, cpu = await consume(url, n, mode)
+            results[mode].append(rate)
+            cpus[mode].append(cpu)
         print(f"round {r + 1}/{rounds} done", file=sys.stderr)
     base = statistics.median(results["plain"])
     print(f"\nn={n}, rounds={rounds}, prefetch {PREFETCH}, 1 in {CANCELLED_EVERY} cancelled\n")
-    print("| scenario | handled msg/s, median (min-max) | vs plain |")
-    print("|---|---|---|")
+    base_cpu = statistics.median(cpus["plain"])
+    print("| scenario | handled msg/s, median (min-max) | vs plain | CPU us/msg | vs plain |")
+    print("|---|---|---|---|---|")
     for mode in MODES:
         ratio = statistics.median(results[mode]) / base
-        print(f"| consume, {mode} | {spread(results[mode])} | {ratio:.2f}x |")
+        cpu = statistics.median(cpus[mode])
+        print(
+            f"| consume, {mode} | {spread(results[mode])} | {ratio:.2f}x | {cpu:.0f} "
+            f"| {cpu / base_cpu:.2f}x |"
+        )
 
 
 def main() -> None:

@@ -203,6 +203,7 @@ async def test_a_running_handler_sees_ctx_cancelled_within_the_poll_interval(
         assert reports[0].outcome == model.RUNNING, reports
         await wait_for(lambda: mid in saw, timeout=30)
     # The bound is POLL_INTERVAL (1 s) plus a store round trip; 10 s is for a loaded box.
+    print(f"ctx.cancelled seen {saw[mid] - asked:.3f} s after app.cancel returned")
     assert saw[mid] - asked < 10.0
 
 
