@@ -2,9 +2,9 @@
 id, with its expiry), beside the app's other PostgreSQL stores.
 
 A lookup is one keyed ``SELECT ... WHERE message_id = ANY(...)`` over the primary key
-for every delivery of one event-loop turn (the stage batches them); it runs on a
-connection of its own (a :class:`~rabbitq.effects.lane.Lane`: no pool checkout per
-lookup). Expired rows are deleted by the next cancel, a bounded batch at a time.
+for every delivery of one event-loop turn (the stage batches them); each lookup in
+flight has a connection of its own (a :class:`~rabbitq.effects.lane.Lane`: no pool
+checkout per lookup). Expired rows are deleted by the next cancel, a bounded batch at a time.
 """
 
 from __future__ import annotations
@@ -47,7 +47,10 @@ class PostgresCancels:
             pool_size=2,
             timeout=location.timeout,
         )
-        self._lane = Lane(self.db)
+        # One statement at a time per Lane: a lane per lookup in flight (the stage's two
+        # batches and its poll), kept for the next.
+        self._lanes: list[Lane] = []
+        self._free: list[Lane] = []
         self._add = sql.SQL(
             "INSERT INTO {t} (message_id, expires_at)"
             " SELECT unnest(%(ids)s::text[]), now() + make_interval(secs => %(keep)s)"
@@ -75,11 +78,22 @@ class PostgresCancels:
 
     async def which(self, message_ids: Sequence[str]) -> set[str]:
         try:
-            rows = await self._lane.fetch(self._which, {"ids": list(message_ids)})
+            lane = self._free.pop() if self._free else self._new_lane()
+            try:
+                rows = await lane.fetch(self._which, {"ids": list(message_ids)})
+            finally:
+                self._free.append(lane)
         except LINK_ERRORS as exc:
             raise StoreUnavailable(f"{self!r}: {exc}") from exc
         return {str(row[0]) for row in rows}
 
+    def _new_lane(self) -> Lane:
+        lane = Lane(self.db)
+        self._lanes.append(lane)
+        return lane
+
     async def close(self) -> None:
-        await self._lane.close()
+        lanes, self._lanes, self._free = self._lanes, [], []
+        for lane in lanes:
+            await lane.close()
         await self.db.close()
