@@ -19,6 +19,7 @@ from pathlib import Path
 import redis.asyncio as aioredis
 
 from rabbitq import App
+from rabbitq.cancellation.cancel import close_stores
 from tests.chaos.cancel_service import REDIS, Capture, build_app
 from tests.helpers import ROOT, delete_app_objects, wait_for
 
@@ -78,6 +79,7 @@ async def test_500_of_1000_cancelled_through_a_worker_kill(broker_url, connectio
             except subprocess.TimeoutExpired:
                 p.kill()
         await delete_app_objects(connection, app)
+        await close_stores(app)
         client = aioredis.Redis.from_url(REDIS)
         async for name in client.scan_iter(match=prefix + "*", count=1000):
             await client.delete(name)
