@@ -24,6 +24,8 @@ from ._amqp.topology import DEFAULT_DELIVERY_LIMIT, DEFAULT_QUEUE_TYPE, QueueTyp
 from .backends.defaults import Backend, app_stores
 from .batch import DEFAULT_MAX_SIZE, DEFAULT_MAX_WAIT, BatchLimits
 from .breaker import Breaker
+from .cancellation.cancel import cancel as cancel_messages
+from .cancellation.stage import cancel_stage
 from .errors import ConfigurationError
 from .handler import (
     DEFAULT_MAX_BODY_SIZE,
@@ -61,6 +63,7 @@ from .tracing.base import NO_TRACING, Tracing
 from .workflow.chords import read_result
 
 if TYPE_CHECKING:
+    from .cancellation.model import CancelReport
     from .effects.outbox import Outbox
     from .effects.store import IdempotencyStore
     from .hooks import Hooks
@@ -107,6 +110,8 @@ class App:
     ``large_payloads`` (a :class:`~rabbitq.payloads.PostgresBlobs` or ``S3Blobs``) keeps
     bodies above its ``above`` size out of the broker (docs/payloads.md).
     ``priorities=N``: ``publish(msg, priority=k)``, 0 to N-1, by weight (docs/control.md).
+    ``cancellable=True``: :meth:`cancel` works, and each delivery is first looked up in
+    the store's cancellations (needs a ``backend`` or store; docs/control.md, "Cancel").
     """
 
     def __init__(
@@ -132,6 +137,7 @@ class App:
         backend: Backend | None = None,
         large_payloads: BlobStore | None = None,
         priorities: int = 0,
+        cancellable: bool = False,
     ) -> None:
         if prefetch < 1:
             raise ConfigurationError(f"prefetch must be at least 1, not {prefetch}")
@@ -168,6 +174,9 @@ class App:
         if large_payloads is not None:
             self.publish_steps = add_step(self.publish_steps, Offload(large_payloads))
             self.delivery_stages = add_stage(self.delivery_stages, Fetch(large_payloads))
+        if cancellable:  # docs/control.md, "Cancel"
+            cancel = cancel_stage(backend, idempotency, status)
+            self.delivery_stages = add_stage(self.delivery_stages, cancel)
         self.partitions = check_partitions(partitions)  # docs/ordering.md
         self.partition_index = 0  # of the view that partition()'s worker runs
         self.partition_base = queue  # partitions: <it>.p0, ...; its views keep it
@@ -339,6 +348,11 @@ class App:
         if self.status_writer is None:
             raise ConfigurationError(f"{self!r} has no status store: App(status=...)")
         return await lookup(self.status_writer.store, message_id)
+
+    async def cancel(self, *message_ids: str) -> list[CancelReport]:
+        """Cancel queued messages (``App(cancellable=True)``); one
+        :class:`~rabbitq.cancellation.CancelReport` per id says what each was."""
+        return await cancel_messages(self, message_ids)
 
     async def result(self, message_id: str) -> Any:
         """What ``message_id``'s handler returned (JSON), kept in the app's status store;

@@ -26,6 +26,21 @@ class Flow(Protocol):
         ...
 
 
+class CancelFlag:
+    """Set once the message being handled was cancelled (``app.cancel``): what
+    :attr:`Context.cancelled` reads. A plain attribute, so a sync handler's thread reads
+    it as cheaply as an async one."""
+
+    __slots__ = ("is_set",)
+
+    def __init__(self, is_set: bool = False) -> None:
+        self.is_set = is_set
+
+    def set(self) -> None:
+        """The message was cancelled while its handler ran."""
+        self.is_set = True
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Context:
     """What a handler may want to know about the delivery besides the message.
@@ -35,6 +50,8 @@ class Context:
     the same on every attempt. ``idempotency_key`` is the handler's ``key(message)``,
     else ``message_id``: pass it to an external provider as its idempotency key.
     ``publish`` and ``transaction`` are the delivery's effects (docs/effects.md).
+    ``cancelled`` turns true once the message was cancelled while its handler runs
+    (``App(cancellable=True)``; docs/control.md).
     """
 
     message_id: str
@@ -49,6 +66,13 @@ class Context:
     timestamp: datetime | None
     effects: Effects | None = None
     flow: Flow | None = None
+    cancel_flag: CancelFlag | None = None
+
+    @property
+    def cancelled(self) -> bool:
+        """True once ``app.cancel(message_id)`` was called for this message (seen within
+        the app's cancel poll interval, 1 s by default): stop early if you can."""
+        return self.cancel_flag is not None and self.cancel_flag.is_set
 
     @property
     def idempotency_key(self) -> str:

@@ -70,6 +70,7 @@ class Job:
         "_state",
         "_wrappers",
         "attempt",
+        "cancel_flag",
         "ctx",
         "delivery",
         "flow",
@@ -97,6 +98,7 @@ class Job:
         self.ctx: Context | None = None
         self.result: Any = None
         self.flow: Any = None  # a workflow step's part (rabbitq.workflow.steps.Flow)
+        self.cancel_flag: Any = None  # what ctx.cancelled reads (context.CancelFlag)
         self._body: bytes | None = None
         self._state: dict[str, Any] | None = None
         self._wrappers: list[Wrapper] | None = None

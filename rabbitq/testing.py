@@ -30,14 +30,16 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal
 
 from ._amqp import headers as h
 from ._worker.batching import Batcher
 from ._worker.dispatch import new_job
 from ._worker.stages import for_testing
 from .app import App
+from .cancellation.stage import KnownCancel
 from .effects.followups import FollowUp
+from .job import add_stage
 from .ladder import plan as ladder
 from .message import Message, encode
 from .outcome import Ack, DeadLetter, Outcome, Requeue, Retry, delay_label
@@ -74,6 +76,7 @@ class Result:
     reason: str | None = None  # DLQ reason
     error: str | None = None
     duplicate: bool = False  # acked without running: its key was handled before
+    skipped: str | None = None  # acked without running, and why ("cancelled")
     published: tuple[FollowUp, ...] = ()  # the follow-ups the worker would send
 
     @property
@@ -85,6 +88,11 @@ class Result:
     def acked(self) -> bool:
         """The handler succeeded."""
         return self.outcome == "ack"
+
+    @property
+    def cancelled(self) -> bool:
+        """It was cancelled before it ran: acked, its handler not run."""
+        return self.skipped == "cancelled"
 
     @property
     def retried(self) -> bool:
@@ -114,11 +122,15 @@ async def deliver(
     correlation_id: str | None = None,
     redelivered: bool = False,
     timestamp: datetime | None = None,
+    cancelled: bool | Literal["running"] = False,
 ) -> Result:
     """Run one message through ``app``'s handler as the worker would; no broker needed.
 
     ``message`` is a typed message, or raw bytes (then give ``type``) to test poison input.
     ``message_id`` defaults to a new uuid4 hex; ``""`` delivers one without a message_id.
+    ``cancelled=True`` delivers it as cancelled before it arrived (``result.cancelled``,
+    the handler not run); ``"running"`` runs it with ``ctx.cancelled`` true. Without it,
+    an ``App(cancellable=True)`` asks its real store.
     """
     delivery = _fake(
         app, message, type, attempt, headers, message_id, correlation_id, redelivered, timestamp
@@ -128,9 +140,12 @@ async def deliver(
     async def send(follow_ups: Sequence[FollowUp]) -> None:
         sent.extend(follow_ups)
 
+    stages = app.delivery_stages
+    if cancelled:
+        stages = add_stage(stages, KnownCancel(running=cancelled == "running"))
     pipeline = for_testing(
         app.handlers.values(), middleware=app.middleware, send=send, outbox=app.outbox,
-        capabilities=app.delivery_stages,
+        capabilities=stages,
     )  # fmt: skip
     outcome = await pipeline.run(new_job(app.handlers, app.queue, delivery))
     return _result(app, outcome, sent)
@@ -145,7 +160,7 @@ def _result(app: App, outcome: Outcome, sent: Sequence[FollowUp] = ()) -> Result
         "published": tuple(sent),
     }
     if isinstance(decision, Ack):
-        return Result(outcome="ack", duplicate=outcome.duplicate, **common)
+        return Result(outcome="ack", duplicate=outcome.duplicate, skipped=outcome.skipped, **common)
     if isinstance(decision, Requeue):
         return Result(outcome="requeue", **common)
     if isinstance(decision, Retry):

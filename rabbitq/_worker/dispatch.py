@@ -255,4 +255,5 @@ class Attempt:
             timestamp=delivery.timestamp,
             effects=effects,
             flow=job.flow,
+            cancel_flag=job.cancel_flag,
         )

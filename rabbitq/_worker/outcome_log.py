@@ -1,6 +1,6 @@
 """The log lines for a message acked: a DEBUG line for each one handled (retries and
 dead letters log their own line, INFO and WARNING, and a person debugging expects one
-for every outcome) and an INFO line for each duplicate."""
+for every outcome) and an INFO line for each duplicate and each message acked unrun."""
 
 from __future__ import annotations
 
@@ -20,6 +20,16 @@ def duplicate(delivery: Incoming, outcome: Outcome) -> None:
         delivery.message_id or "-",
         outcome.type_name,
     )
+
+
+def skipped(delivery: Incoming, outcome: Outcome, why: str) -> None:
+    """The INFO line for a message acked without running, ``why`` (``cancelled``)."""
+    log.info("message %s (%s) was %s: acked, not run", delivery.message_id or "-",
+             outcome.type_name, why)  # fmt: skip
+
+
+def nothing() -> None:
+    """What follows the ack of a message acked unrun: no hook (it was not handled)."""
 
 
 def handled(done: Callable[[], None], delivery: Incoming, outcome: Outcome) -> Callable[[], None]:

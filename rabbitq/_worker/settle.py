@@ -63,6 +63,12 @@ class Settler:
                 outcome_log.duplicate(delivery, outcome)
                 self._hooks.duplicate(queue, outcome.type_name)
                 span.duplicate()
+            if outcome.skipped is not None:  # acked unrun (cancelled): not a success
+                outcome_log.skipped(delivery, outcome, outcome.skipped)
+                span.skipped(outcome.skipped)
+                span.end("success")
+                acker.ack(delivery.delivery_tag, outcome_log.nothing)
+                return
             span.end("success")
             done = functools.partial(
                 self._hooks.succeeded, queue, outcome.type_name, outcome.duration

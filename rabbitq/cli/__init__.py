@@ -14,6 +14,7 @@ from .._ops import logs
 # Modules, not their commands: ``rabbitq.cli.dlq`` stays the module (tests patch it).
 from . import (
     blobs,
+    cancel,
     demo,
     dlq,
     doctor,
@@ -59,6 +60,7 @@ effects.outbox.add_command(outbox_rows.retry_rows)
 effects.outbox.add_command(outbox_rows.discard_rows)
 main.add_command(doctor.doctor)
 main.add_command(status.status)
+main.add_command(cancel.cancel)
 main.add_command(console)
 main.add_command(version.version)
 main.add_command(blobs.blobs)

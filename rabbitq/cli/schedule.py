@@ -1,4 +1,5 @@
-"""``rabbitq scheduler`` (run an app's schedules alone) and ``rabbitq schedule list``."""
+"""``rabbitq scheduler`` (run an app's schedules alone) and ``rabbitq schedule list``,
+``pause`` and ``resume``."""
 
 from __future__ import annotations
 
@@ -14,8 +15,9 @@ from rich.table import Table
 
 from .._ops import logs
 from .._ops.endpoints import DEFAULT_BIND
+from ..errors import ConfigurationError
 from ..loader import load_app
-from ..schedule import listing
+from ..schedule import listing, pause
 from ..schedule.metrics import ScheduleMetrics
 from ..schedule.runner import Scheduler
 from ..settings import TLS, url_password
@@ -87,7 +89,7 @@ async def _run(runner: Scheduler) -> None:
 
 @click.group()
 def schedule() -> None:
-    """Look at an app's periodic schedules (@app.schedule)."""
+    """Look at, pause and resume an app's periodic schedules (@app.schedule)."""
 
 
 def _time(at: datetime | None) -> str | None:
@@ -123,6 +125,8 @@ def list_schedules(app_spec: str, as_json: bool, url: str | None, tls: TLS | Non
             "catch_up": r.catch_up,
             "last_tick": _time(r.last),
             "next_tick": _time(r.next),
+            "paused": r.paused is not None,
+            "paused_since": None if r.paused is None else _time(r.paused.since),
         }
         for r in found.rows
     ]
@@ -139,10 +143,68 @@ def list_schedules(app_spec: str, as_json: bool, url: str | None, tls: TLS | Non
     table.add_column("last tick", overflow="fold")
     table.add_column("next tick", no_wrap=True, min_width=20)
     for r in found.rows:
-        table.add_row(r.name, r.when, r.catch_up, _short(r.last) or "-", _short(r.next))
+        upcoming = _short(r.next) if r.paused is None else "paused"
+        table.add_row(r.name, r.when, r.catch_up, _short(r.last) or "-", upcoming)
     console = Console()
     console.print(table)
     if found.leading:
         console.print(f"led now; last record by {found.leader or '?'} at {_time(found.written)}")
     else:
         console.print("no scheduler leads now (no worker or rabbitq scheduler is running them)")
+
+
+@schedule.command("pause")
+@click.argument("app_spec", metavar="MODULE:APP")
+@click.argument("name")
+@url_option
+@tls_options
+@friendly_errors
+def pause_schedule(app_spec: str, name: str, url: str | None, tls: TLS | None) -> None:
+    """Pause schedule NAME: no tick of it is published until it is resumed.
+
+    Ticks that fall while it is paused are skipped, not caught up on resume. The
+    pause is kept on the broker (a queue beside the schedules' progress record), so
+    it holds across restarts and whichever process leads.
+
+    \b
+    Example:
+      rabbitq schedule pause myservice:app nightly_report
+    """
+    app = load_app(app_spec)
+    try:
+        pause.check_name(app, name)
+    except ConfigurationError as exc:
+        raise click.UsageError(str(exc)) from None
+    earlier = asyncio.run(pause.pause(app, name, url=url, tls=tls))
+    if earlier is not None:
+        click.echo(f"schedule {name} was already paused (since {_time(earlier.since)})")
+        return
+    click.echo(
+        f"schedule {name} paused: no tick is published until "
+        f"'rabbitq schedule resume {app_spec} {name}'; ticks meanwhile are skipped"
+    )
+
+
+@schedule.command("resume")
+@click.argument("app_spec", metavar="MODULE:APP")
+@click.argument("name")
+@url_option
+@tls_options
+@friendly_errors
+def resume_schedule(app_spec: str, name: str, url: str | None, tls: TLS | None) -> None:
+    """Resume schedule NAME: its next tick is published when due (the ticks that fell
+    while it was paused are not caught up).
+
+    \b
+    Example:
+      rabbitq schedule resume myservice:app nightly_report
+    """
+    app = load_app(app_spec)
+    try:
+        pause.check_name(app, name)
+    except ConfigurationError as exc:
+        raise click.UsageError(str(exc)) from None
+    if asyncio.run(pause.resume(app, name, url=url, tls=tls)):
+        click.echo(f"schedule {name} resumed: its next tick is published when due")
+    else:
+        click.echo(f"schedule {name} was not paused")

@@ -23,7 +23,7 @@ from starlette.staticfiles import StaticFiles
 
 from .. import dlq
 from ..errors import DlqError, RabbitqError
-from . import views
+from . import cancel_page, views
 from .actions import (
     OPERATIONS,
     SCOPES,
@@ -352,6 +352,14 @@ async def export_file(request: Request) -> Response:
     )
 
 
+async def cancel_confirm(request: Request) -> Response:
+    return await cancel_page.confirm(request, await _checked_form(request))
+
+
+async def cancel_run(request: Request) -> Response:
+    return await cancel_page.run(request, await _checked_form(request))
+
+
 routes = [
     Route("/", overview),
     Route("/login", login, methods=["GET", "POST"]),
@@ -360,6 +368,8 @@ routes = [
     Route("/q/{queue}/m/{key}", message),
     Route("/q/{queue}/confirm", confirm, methods=["POST"]),
     Route("/q/{queue}/run", run, methods=["POST"]),
+    Route("/cancel/confirm", cancel_confirm, methods=["POST"]),
+    Route("/cancel/run", cancel_run, methods=["POST"]),
     Route("/jobs/{job}", job_page),
     Route("/jobs/{job}/export", export_file),
     Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),

@@ -26,6 +26,7 @@ async def status_page(request: Request) -> Response:
     context = {
         "config": state.config,
         "signed_in": who is not None,
+        "can_act": who is not None and not state.config.read_only,
         "who": who,
         "csrf": state.config.guard.csrf(session) if session and who else "",
         "csrf_field": CSRF_FIELD,

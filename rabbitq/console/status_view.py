@@ -8,10 +8,12 @@ is best effort, the DLQ message beside it is what the operator acts on.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..cancellation.cancel import can_cancel
 from ..dlq.text import escape
 from ..status.group import GroupStatus
 from ..status.lookup import lookup, message_status
@@ -42,6 +44,8 @@ class HistoryView:
     attempts: int = 0
     entries: tuple[EntryView, ...] = ()
     error: str | None = None
+    cancellable: bool = False  # App(cancellable=True) and not finished: a cancel button
+    message_id: str = ""
 
 
 async def histories(statuses: Sequence[tuple[str, Any]], message_id: str) -> list[HistoryView]:
@@ -68,12 +72,15 @@ async def search(
             continue
         finally:
             await store.close()
+        can = can_cancel(app)
         if isinstance(status, GroupStatus):
             found_groups.append(group_view(label, status))
         elif status is None:
-            found.append(HistoryView(label, False))
+            found.append(HistoryView(label, False, cancellable=can, message_id=key))
         else:
-            found.append(history_view(label, status))
+            view = history_view(label, status)
+            pending = can and not status.final
+            found.append(dataclasses.replace(view, cancellable=pending, message_id=key))
     return found_groups, found
 
 

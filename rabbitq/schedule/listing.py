@@ -1,5 +1,5 @@
 """What ``rabbitq schedule list`` shows: each schedule's last tick and next fire time,
-and whether a scheduler leads now.
+whether a scheduler leads now, and which are paused (:mod:`.pause`).
 
 The last tick comes from the progress record, read without taking it: the messages
 got are never acked, so closing the channel returns them. Whether someone leads comes
@@ -10,6 +10,7 @@ another connection holds it, and with ``NOT_FOUND`` when nobody does.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
@@ -19,7 +20,7 @@ from pamqp.commands import Basic
 
 from .._amqp.connection import connect_once
 from ..settings import TLS
-from . import plan
+from . import pause, plan
 from .spec import ScheduledApp
 
 if TYPE_CHECKING:
@@ -36,6 +37,7 @@ class Row:
     catch_up: str
     last: datetime | None  # the last tick published (None: never, as far as recorded)
     next: datetime  # its next fire time after now
+    paused: pause.Paused | None = None  # rabbitq schedule pause (None: running)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -72,11 +74,15 @@ async def read(app: ScheduledApp, *, url: str | None = None, tls: TLS | None = N
     try:
         progress = plan.merge(await _records(connection, plan.progress_queue(app.queue)))
         leading = await _held(connection, plan.lease_queue(app.queue))
+        paused = {n: await pause.read(connection, app.queue, n) for n in app.schedules}
     finally:
         with contextlib.suppress(Exception):
             await connection.close()
     return Listing(
-        rows=rows(app, progress, datetime.now(UTC)),
+        rows=[
+            dataclasses.replace(r, paused=paused[r.name])
+            for r in rows(app, progress, datetime.now(UTC))
+        ],
         leading=leading,
         leader=progress.leader,
         written=progress.written,

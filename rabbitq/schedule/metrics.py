@@ -41,7 +41,8 @@ class ScheduleMetrics:
         self.skipped = Counter(
             "rabbitq_schedule_ticks_skipped_total",
             "Ticks not published, by reason: catch_up (missed while no scheduler led, "
-            "beyond the schedule's catch_up) or error (the schedule's function raised).",
+            "beyond the schedule's catch_up), error (the schedule's function raised) or "
+            "paused (rabbitq schedule pause).",
             ["schedule", "reason"],
             registry=r,
         )
@@ -71,5 +72,5 @@ class ScheduleMetrics:
             self.published.labels(name)
             self.late.labels(name)
             self.lateness.labels(name)
-            for reason in ("catch_up", "error"):
+            for reason in ("catch_up", "error", "paused"):
                 self.skipped.labels(name, reason)

@@ -41,8 +41,9 @@ from aio_pika.abc import AbstractChannel, AbstractConnection
 
 from .._amqp.connection import connect_once
 from ..errors import BrokerUnavailable
+from ..message import Message
 from ..settings import TLS
-from . import plan
+from . import pause, plan
 from . import tick as tick_tx
 from .metrics import ScheduleMetrics
 from .spec import Schedule, ScheduledApp
@@ -137,6 +138,7 @@ class Scheduler:
         self._progress = plan.Progress(ticks={})
         self._published: dict[str, datetime] = {}
         self._last_error: str | None = None
+        self._connection: AbstractConnection | None = None  # the leader's, for pauses
 
     async def run(self) -> None:
         """Contend and lead, reconnecting after any loss, until cancelled (at once for
@@ -207,6 +209,7 @@ class Scheduler:
         return True
 
     async def _lead(self, connection: AbstractConnection) -> None:
+        self._connection = connection
         channel = await connection.channel(publisher_confirms=False)
         tx = await channel.get_underlay_channel()
         await tx.tx_select()
@@ -255,20 +258,12 @@ class Scheduler:
             heapq.heapreplace(heads, _head(next(ticks[name]), name))
 
     async def _tick(self, channel: AbstractChannel, schedule: Schedule, tick: datetime) -> None:
-        try:
-            if schedule.is_async:
-                result = await schedule.fn(tick)
-            else:
-                result = await asyncio.to_thread(schedule.fn, tick)
-            messages = tick_tx.messages_of(result)
-        except Exception:
-            log.exception(
-                "schedule %s: its function failed for the tick at %s: tick skipped",
-                schedule.name,
-                tick.isoformat(),
-            )
-            self.metrics.skipped.labels(schedule.name, "error").inc()
-            messages = None
+        assert self._connection is not None
+        paused = await pause.is_paused(self._connection, self.app.queue, schedule.name)
+        if paused:  # skipped, and recorded as handled: resuming does not catch up
+            self.metrics.skipped.labels(schedule.name, "paused").inc()
+            log.info("schedule %s: paused, its tick at %s skipped", schedule.name, tick)
+        messages = None if paused else await self._messages(schedule, tick)
         through = dict(self._progress.ticks)
         through[schedule.name] = tick
         self._progress = plan.Progress(ticks=through)
@@ -287,6 +282,23 @@ class Scheduler:
         if lateness > plan.LATE_AFTER:
             self.metrics.late.labels(schedule.name).inc()
         log.debug("schedule %s: tick %s published (%.3f s late)", schedule.name, tick, lateness)
+
+    async def _messages(self, schedule: Schedule, tick: datetime) -> list[Message] | None:
+        """The tick's messages from the schedule's function; None if it failed."""
+        try:
+            if schedule.is_async:
+                result = await schedule.fn(tick)
+            else:
+                result = await asyncio.to_thread(schedule.fn, tick)
+            return tick_tx.messages_of(result)
+        except Exception:
+            log.exception(
+                "schedule %s: its function failed for the tick at %s: tick skipped",
+                schedule.name,
+                tick.isoformat(),
+            )
+            self.metrics.skipped.labels(schedule.name, "error").inc()
+            return None
 
     async def _commit(
         self,

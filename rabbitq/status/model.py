@@ -5,7 +5,9 @@ A record is written by whoever saw the event (the publisher, a worker, the DLQ t
 ``published`` -> ``received`` -> ``started`` (attempt n) -> ``succeeded`` | ``duplicate``
 | ``retrying`` (then ``received`` again) | ``dead_lettered`` (then maybe ``replayed``
 -> ``received`` ..., or ``purged``); ``requeued`` when a delivery went back to its queue
-unsettled (shutdown, an open circuit, a copy the broker did not confirm). Records are
+unsettled (shutdown, an open circuit, a copy the broker did not confirm); ``cancelled``
+when ``app.cancel`` asked for it before it ran (written by the canceller, and by the
+worker that acked it unrun). Records are
 best effort (see :mod:`rabbitq.status.writer`), so the fold never insists on an order
 of states: the current state is simply the latest record.
 """
@@ -28,12 +30,13 @@ DEAD_LETTERED = "dead_lettered"
 REPLAYED = "replayed"
 PURGED = "purged"
 REQUEUED = "requeued"
+CANCELLED = "cancelled"
 STATES = (
     PUBLISHED, RECEIVED, STARTED, RETRYING, SUCCEEDED, DUPLICATE, DEAD_LETTERED, REPLAYED,
-    PURGED, REQUEUED,
+    PURGED, REQUEUED, CANCELLED,
 )  # fmt: skip
 # The states after which nothing more happens unless someone acts (a replay).
-FINAL = frozenset({SUCCEEDED, DUPLICATE, DEAD_LETTERED, PURGED})
+FINAL = frozenset({SUCCEEDED, DUPLICATE, DEAD_LETTERED, PURGED, CANCELLED})
 # Records with the same timestamp (one clock tick) are ordered as a message lives.
 _RANK = {state: i for i, state in enumerate(STATES)}
 _RANK[REQUEUED] = _RANK[RETRYING]
@@ -93,7 +96,8 @@ class MessageStatus:
 
     @property
     def final(self) -> bool:
-        """Whether the message is settled: succeeded, duplicate, dead-lettered or purged."""
+        """Whether the message is settled: succeeded, duplicate, dead-lettered, purged or
+        cancelled."""
         return self.state in FINAL
 
     @property

@@ -13,6 +13,7 @@ record             from
 ``started``        its handler began (``attempt``); also for bodies that fail to decode
 ``succeeded``      the handler returned (``duration`` in seconds); the ack follows
 ``duplicate``      its idempotency key was handled before: acked, not run
+``cancelled``      ``app.cancel`` asked for it before it ran: acked, not run
 ``retrying``       the retry copy was confirmed (``error``, ``delay``, ``next_attempt``,
                    ``next_at``, ``deferred``)
 ``dead_lettered``  the DLQ copy was confirmed (``reason``, ``error``)
@@ -108,7 +109,7 @@ class _Delivery(DeliverySpan):
 
     __slots__ = (
         "active", "attempt", "callback_of", "decision", "duration", "group", "inner",
-        "is_duplicate", "message_id", "started", "writer",
+        "is_duplicate", "message_id", "skip", "started", "writer",
     )  # fmt: skip
 
     def __init__(
@@ -124,6 +125,7 @@ class _Delivery(DeliverySpan):
         self.decision: dict[str, Any] = {}
         self.duration: float | None = None
         self.is_duplicate = False
+        self.skip: str | None = None
         self.started = 0.0
         self.active: AbstractContextManager[None] | None = None
 
@@ -170,11 +172,17 @@ class _Delivery(DeliverySpan):
         self.inner.duplicate()
         self.is_duplicate = True
 
+    def skipped(self, state: str) -> None:
+        self.inner.skipped(state)
+        self.skip = state
+
     def end(self, outcome: str, error: str | None = None) -> None:
         self.inner.end(outcome, error)
         now = time.time()
         detail: Mapping[str, Any]
-        if outcome == "success":
+        if outcome == "success" and self.skip is not None:
+            state, detail = self.skip, {}
+        elif outcome == "success":
             state = DUPLICATE if self.is_duplicate else SUCCEEDED
             detail = {} if self.duration is None else {"duration": round(self.duration, 6)}
         elif outcome == "retried":

@@ -1,0 +1,73 @@
+"""``RedisCancels``: cancellations as keys ``<base>cancel:<message_id>`` that expire
+after :data:`~rabbitq.cancellation.model.KEEP`, beside the app's other Redis stores.
+
+A lookup is one ``MGET`` for every delivery of one event-loop turn (the stage batches
+them): one command and one round trip. Expiry is Redis's own: nothing to clean.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+
+import redis.asyncio as aioredis
+from redis.exceptions import RedisError
+
+from ..effects.location import RedisLocation
+from ..effects.store import StoreUnavailable
+from ..settings import redact_url
+from .model import KEEP
+
+CANCEL_KEYS = "cancel:"
+
+
+class RedisCancels:
+    """The cancellations of the Redis at ``location``."""
+
+    def __init__(self, location: RedisLocation, keep: float = KEEP) -> None:
+        self.location = location
+        self.prefix = location.base + CANCEL_KEYS
+        self.keep_ms = int(keep * 1000)
+        self._client: aioredis.Redis | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def __repr__(self) -> str:
+        return f"RedisCancels({redact_url(self.location.url)!r}, key_prefix={self.prefix!r})"
+
+    def _redis(self) -> aioredis.Redis:
+        loop = asyncio.get_running_loop()
+        if self._client is None or loop is not self._loop:  # a client serves one loop
+            self._loop = loop
+            t = self.location.timeout
+            self._client = aioredis.Redis.from_url(
+                self.location.url,
+                socket_timeout=t,
+                socket_connect_timeout=t,
+                client_name="rabbitq-cancel",
+            )
+        return self._client
+
+    async def add(self, message_ids: Sequence[str]) -> None:
+        at = str(round(time.time(), 3))
+        try:
+            pipe = self._redis().pipeline(transaction=False)
+            for mid in message_ids:
+                pipe.set(self.prefix + mid, at, px=self.keep_ms)
+            await pipe.execute()
+        except (RedisError, OSError) as exc:
+            raise StoreUnavailable(f"cannot record cancellations in {self!r}: {exc}") from exc
+
+    async def which(self, message_ids: Sequence[str]) -> set[str]:
+        if not message_ids:
+            return set()
+        try:
+            found = await self._redis().mget([self.prefix + mid for mid in message_ids])
+        except (RedisError, OSError) as exc:
+            raise StoreUnavailable(f"{self!r}: {exc}") from exc
+        return {mid for mid, value in zip(message_ids, found, strict=True) if value is not None}
+
+    async def close(self) -> None:
+        client, self._client = self._client, None
+        if client is not None:
+            await client.aclose()
