@@ -127,6 +127,11 @@ class Publisher:
         self._ladder_ready = False  # declared, and the app's queue bound to it
         self._ladder_lock = asyncio.Lock()
 
+    @property
+    def app(self) -> Any:
+        """The app this publisher publishes for."""
+        return self._app
+
     async def __aenter__(self) -> Publisher:
         await self.open()
         return self

@@ -82,6 +82,12 @@ def blocking(
     return call
 
 
+async def _cancel(publisher: Publisher, *message_ids: str) -> list[Any]:
+    """``app.cancel(...)`` on the publisher's loop (its app has the store)."""
+    result: list[Any] = await publisher.app.cancel(*message_ids)
+    return result
+
+
 def for_sync_code(
     publisher: Callable[Concatenate[A, P], Publisher],
 ) -> Callable[Concatenate[A, P], SyncPublisher]:
@@ -142,6 +148,11 @@ class SyncPublisher:
     publish_many = blocking(Publisher.publish_many)
     """:meth:`rabbitq.Publisher.publish_many`, blocking: returns the message ids, in
     order, once every one is confirmed (else :class:`~rabbitq.PartialPublish`)."""
+
+    def cancel(self, *message_ids: str) -> list[Any]:
+        """:meth:`rabbitq.App.cancel`, blocking (``App(cancellable=True)``): one
+        :class:`~rabbitq.cancellation.CancelReport` per id, in order."""
+        return self._call(_cancel, *message_ids)
 
     def __enter__(self) -> SyncPublisher:
         return self

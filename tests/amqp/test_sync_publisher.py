@@ -312,3 +312,23 @@ def test_a_forked_child_starts_its_own_thread_and_publisher_and_leaves_the_paren
     assert (log["opens"], log["closes"]) == (1, 0)
     pub.close()
     assert log["closes"] == 1
+
+
+def test_cancel_runs_the_apps_cancel_on_the_publishers_loop() -> None:
+    """``SyncPublisher.cancel(*ids)`` is ``app.cancel(*ids)`` run on the loop thread."""
+    seen: list[tuple[tuple[str, ...], str]] = []
+
+    class CancellingApp:
+        async def cancel(self, *ids: str) -> list[str]:
+            seen.append((ids, threading.current_thread().name))
+            return [f"cancelled {i}" for i in ids]
+
+    pub, log = fake_publisher()
+    Fake.app = CancellingApp()  # type: ignore[attr-defined]
+    try:
+        assert pub.cancel("a", "b") == ["cancelled a", "cancelled b"]
+    finally:
+        del Fake.app  # type: ignore[attr-defined]
+        pub.close()
+    assert [ids for ids, _ in seen] == [("a", "b")]
+    assert seen[0][1] != threading.current_thread().name

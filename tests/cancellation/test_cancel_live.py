@@ -247,3 +247,4 @@ async def test_a_cancelled_order_is_never_captured_nor_reminded(make: Callable[.
     assert sorted(done) == [("capture", "o-kept"), ("remind", "o-kept")]
     answers: Any = await app.cancel(jobs["o-kept"][0])
     assert answers[0].outcome == model.HANDLED and answers[0].text.startswith("already handled")
+
