@@ -53,6 +53,7 @@ from .status.model import MessageStatus
 from .status.recorder import StatusTracing
 from .status.writer import StatusWriter
 from .tracing.base import NO_TRACING, Tracing
+from .unique.setup import with_keys
 from .workflow.chords import read_result
 
 if TYPE_CHECKING:
@@ -99,6 +100,8 @@ class App:
     chords' too; an ``idempotency`` or ``status`` given as well wins for its kind.
     ``middleware``: the app's own stages, run for every decoded delivery before its
     handler, in the worker and in ``rabbitq.testing`` (docs/middleware.md).
+    ``debounce=True`` (a store needed) lets producers ``publish(debounce=...)`` and its
+    workers ack what a later publish superseded (docs/control.md).
     """
 
     def __init__(
@@ -122,6 +125,7 @@ class App:
         partitions: int = 0,
         middleware: Sequence[Middleware] = (),
         backend: Backend | None = None,
+        debounce: bool = False,
     ) -> None:
         if prefetch < 1:
             raise ConfigurationError(f"prefetch must be at least 1, not {prefetch}")
@@ -154,6 +158,7 @@ class App:
         # its decode), in their fixed order (amqp.outgoing.add_step, job.add_stage).
         self.publish_steps: tuple[PublishStep, ...] = ()
         self.delivery_stages: tuple[Stage, ...] = ()
+        self.publish_steps, self.delivery_stages = with_keys(self, debounce)  # unique, debounce
         self.partitions = check_partitions(partitions)  # docs/ordering.md
         self.partition_index = 0  # of the view that partition()'s worker runs
         self.partition_base = queue  # partitions: <it>.p0, ...; its views keep it

@@ -93,6 +93,8 @@ class Outcome:
     failure: BaseException | None = field(default=None, compare=False, repr=False)
     duplicate: bool = False  # its key was handled before: acked, the handler not run
     busy: bool = False  # its key is in progress elsewhere: a retry copy, no attempt used
+    # Acked unrun by a capability stage, recorded as this state ("superseded", ...).
+    skipped: str | None = None
 
     @property
     def kind(self) -> str:

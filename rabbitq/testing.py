@@ -74,6 +74,7 @@ class Result:
     reason: str | None = None  # DLQ reason
     error: str | None = None
     duplicate: bool = False  # acked without running: its key was handled before
+    skipped: str | None = None  # acked without running, as this status ("superseded")
     published: tuple[FollowUp, ...] = ()  # the follow-ups the worker would send
 
     @property
@@ -145,7 +146,9 @@ def _result(app: App, outcome: Outcome, sent: Sequence[FollowUp] = ()) -> Result
         "published": tuple(sent),
     }
     if isinstance(decision, Ack):
-        return Result(outcome="ack", duplicate=outcome.duplicate, **common)
+        return Result(
+            outcome="ack", duplicate=outcome.duplicate, skipped=outcome.skipped, **common
+        )
     if isinstance(decision, Requeue):
         return Result(outcome="requeue", **common)
     if isinstance(decision, Retry):

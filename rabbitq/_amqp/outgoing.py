@@ -24,6 +24,7 @@ from typing import Any, Protocol
 
 from pamqp.commands import Basic
 
+from ..errors import ConfigurationError
 from ..message import Message
 
 STEP_ORDER = ("unique", "debounce", "priority", "encrypt", "offload")
@@ -82,6 +83,19 @@ def add_step(steps: Iterable[PublishStep], step: PublishStep) -> tuple[PublishSt
         raise ValueError(f"unknown publish step {step.name!r}: not one of {STEP_ORDER}")
     kept = [s for s in steps if s.name != step.name]
     return tuple(sorted([*kept, step], key=lambda s: STEP_ORDER.index(s.name)))
+
+
+KEY_STEPS = {
+    "unique": "unique_for needs a store: App(backend=PostgresBackend(...) or RedisBackend(...))",
+    "debounce": "debounce needs App(debounce=True, backend=...): its workers ack the superseded",
+}
+"""Why a publish keyword is refused when the app lacks its step (docs/control.md)."""
+
+
+def require_step(steps: Iterable[PublishStep], name: str, why: str) -> None:
+    """A ConfigurationError saying ``why`` unless ``steps`` has the step ``name``."""
+    if not any(step.name == name for step in steps):
+        raise ConfigurationError(why)
 
 
 def compose(steps: Iterable[PublishStep], last: SendNext) -> SendNext:

@@ -57,7 +57,7 @@ from . import headers as h
 from . import partitions, properties
 from .confirm import FAILURES, error_kind, retry_waits, send_confirmed, within
 from .connection import connect
-from .outgoing import Outgoing, PublishStep, compose
+from .outgoing import KEY_STEPS, Outgoing, PublishStep, compose, require_step
 from .topology import Topology, mismatch_from_error
 
 DEFAULT_WINDOW = 512
@@ -257,6 +257,9 @@ class Publisher:
         reply_to: str | None = None,
         delay: float | timedelta | None = None,
         at: datetime | None = None,
+        unique_for: float | None = None,
+        unique_key: str | None = None,
+        debounce: float | None = None,
     ) -> str:
         """Publish and wait for the broker's confirm; return the ``message_id``.
 
@@ -267,9 +270,15 @@ class Publisher:
         datetime, a negative delay, both, or a delay beyond the ladder raise
         :class:`~rabbitq.DelayError` before anything is sent. A chain, group or chord
         returns its id (docs/workflows.md).
+
+        ``unique_for=S`` (``unique_key`` default: the message id): a key held by an
+        earlier publish within its S-second window is not sent again; that publish's id
+        is returned. ``debounce=S, unique_key=K``: handled once, S seconds after K's last
+        publish, with its payload. Both keep keys in the app's store (docs/control.md).
         """
         if not isinstance(message, Message):  # a workflow: only its own id= applies
-            if message_id or correlation_id or headers or reply_to or delay is not None or at:
+            extra = (message_id, correlation_id, headers, reply_to, at, unique_for, unique_key)
+            if delay is not None or debounce is not None or any(extra):
                 raise ConfigurationError("publish(workflow) takes no other argument")
             return await message.publish_on(self, self._app)
         if delay is not None or at is not None:  # a bad delay is refused before any step acts
@@ -286,6 +295,10 @@ class Publisher:
             message=message, type_name=name, body=encode(message), props=props,
             exchange=app.exchange, routing_key=name, queue=app.queue, delay=delay, at=at,
         )  # fmt: skip
+        if unique_for is not None or unique_key is not None or debounce is not None:
+            step = "unique" if debounce is None else "debounce"
+            require_step(app.publish_steps, step, KEY_STEPS[step])
+            out.options.update(unique_for=unique_for, unique_key=unique_key, debounce=debounce)
         if not app.publish_steps:
             return await self._send(out)
         return await compose(app.publish_steps, self._send)(out)

@@ -63,6 +63,8 @@ class Settler:
                 outcome_log.duplicate(delivery, outcome)
                 self._hooks.duplicate(queue, outcome.type_name)
                 span.duplicate()
+            elif outcome.skipped is not None:
+                span.skipped(outcome.skipped)
             span.end("success")
             done = functools.partial(
                 self._hooks.succeeded, queue, outcome.type_name, outcome.duration

@@ -14,11 +14,11 @@ import click
 
 from .. import dlq as ops
 from ..errors import DlqError
-from ..loader import load_app
 from ..settings import TLS
 from . import dlq_view as view
 from .common import friendly_errors, tls_options, url_option
 from .dlq_options import (
+    app_parts,
     filter_options,
     filters_from,
     finish,
@@ -182,7 +182,7 @@ def replay(
         rabbitq dlq replay emails --type email.send --since 1h --rate 50
     """
     filters = filters_from(kwargs)
-    tracing = load_app(app_spec).tracing if app_spec else None
+    tracing, _ = app_parts(app_spec)
     label = f"replay {ops.resolve_dlq(queue)}"
     with view.ProgressView(label, enabled=not dry_run, plain=not as_json) as progress:
         tally = run_call(
@@ -325,7 +325,7 @@ def import_(
     "--app",
     "app_spec",
     metavar="MODULE:APP",
-    help="Record each deletion in this app's status store (App(status=...)).",
+    help="Record each deletion in this app's status store, and free the keys it held.",
 )
 @json_lines_option
 @url_option
@@ -344,7 +344,6 @@ def purge(
     **kwargs: Any,
 ) -> None:
     """Delete dead messages for good: all of them, or only those the filters select.
-
     Asks first on a terminal; without one, --yes is required.
 
     Examples:
@@ -354,7 +353,7 @@ def purge(
         rabbitq dlq purge emails --reason invalid --until 7d --yes
     """
     filters = filters_from(kwargs)
-    tracing = load_app(app_spec).tracing if app_spec else None
+    tracing, release = app_parts(app_spec)  # its status records, its keys (docs/control.md)
     dlq_queue = ops.resolve_dlq(queue)
     what = f"matching {filters.describe()}" if filters.active else "(no filter: ALL of them)"
     if not yes and not dry_run:
@@ -393,6 +392,7 @@ def purge(
                 dry_run=dry_run,
                 on_progress=progress,
                 tracing=tracing,
+                release=release,
             ),
         )
     if not as_json and filters.active:

@@ -17,8 +17,11 @@ from rich.console import Console
 from .. import dlq as ops
 from .._amqp.connection import connect_once
 from ..errors import DlqInterrupted
+from ..loader import load_app
 from ..retry import DLQ_REASONS as REASONS
 from ..settings import TLS, resolve_url
+from ..tracing.base import Tracing
+from ..unique.release import Release, key_release
 from . import dlq_view as view
 from .common import F
 from .when import WHEN
@@ -165,3 +168,11 @@ def report_interruption(fn: F) -> F:
             raise
 
     return wrapper  # type: ignore[return-value]
+
+
+def app_parts(app_spec: str | None) -> tuple[Tracing | None, Release | None]:
+    """The tracing (status records) and the key release of the app ``--app`` names."""
+    if app_spec is None:
+        return None, None
+    app = load_app(app_spec)
+    return app.tracing, key_release(app)

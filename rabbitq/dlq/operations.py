@@ -17,6 +17,7 @@ were sent but not yet known to be processed are counted as possible duplicates.
 from __future__ import annotations
 
 import contextlib
+from typing import Any
 
 import aiormq
 from aio_pika.abc import AbstractConnection
@@ -26,6 +27,7 @@ from .._amqp.copy import Copy, replay_headers
 from .._amqp.copy import replay as replay_copy
 from ..errors import DlqError
 from ..tracing.base import NO_SEND, NO_TRACING, SendSpan, Tracing
+from ..unique.release import Release, keys_of, release_all
 from .message import DeadMessage, Filters, resolve_dlq
 from .mover import Mover, Pacer
 from .reader import LostConnection, interrupted, session, user_of
@@ -194,12 +196,16 @@ async def purge(
     on_progress: Progress | None = None,
     connection: AbstractConnection | None = None,
     tracing: Tracing | None = None,
+    release: Release | None = None,
 ) -> Tally:
     """Delete the DLQ messages that match ``filters`` (all of them without filters), at
     most ``limit``; the others stay, in order. ``dry_run`` deletes nothing and counts
     what would go. ``tracing`` (e.g. the app's) is told of each message deleted (its
-    status becomes ``purged`` with ``App(status=...)``)."""
+    status becomes ``purged`` with ``App(status=...)``); ``release`` (the app's
+    :func:`~rabbitq.unique.release.key_release`) frees the unique and debounce keys
+    of each, once its deletion is settled."""
     tracing = tracing or NO_TRACING
+    gone: list[tuple[dict[str, Any], str]] = []
     async with session(
         "purge",
         queue,
@@ -219,6 +225,8 @@ async def purge(
             if not dry_run:
                 await reader.ack(delivery)
                 tracing.purged(queue=s.dlq, message_id=m.message_id or "")
+                if release is not None and any(keys_of(delivery.headers or {})):
+                    gone.append((dict(delivery.headers or {}), m.message_id or ""))
             tally.done += 1
             if on_progress is not None:
                 on_progress(tally)
@@ -226,5 +234,7 @@ async def purge(
                 break
         if not dry_run:
             await reader.settled()  # every ack has been processed
+    if release is not None:
+        await release_all(release, gone)
     await tracing.flush()
     return tally

@@ -5,7 +5,9 @@ A record is written by whoever saw the event (the publisher, a worker, the DLQ t
 ``published`` -> ``received`` -> ``started`` (attempt n) -> ``succeeded`` | ``duplicate``
 | ``retrying`` (then ``received`` again) | ``dead_lettered`` (then maybe ``replayed``
 -> ``received`` ..., or ``purged``); ``requeued`` when a delivery went back to its queue
-unsettled (shutdown, an open circuit, a copy the broker did not confirm). Records are
+unsettled (shutdown, an open circuit, a copy the broker did not confirm); ``superseded``
+(a debounced message a later publish replaced) and ``deduplicated`` (a publish refused
+for its held unique key) end a message too (docs/control.md). Records are
 best effort (see :mod:`rabbitq.status.writer`), so the fold never insists on an order
 of states: the current state is simply the latest record.
 """
@@ -28,12 +30,14 @@ DEAD_LETTERED = "dead_lettered"
 REPLAYED = "replayed"
 PURGED = "purged"
 REQUEUED = "requeued"
+DEDUPLICATED = "deduplicated"  # a publish not sent: its unique key was held (docs/control.md)
+SUPERSEDED = "superseded"  # a debounced message acked unrun: a later one of its key came
 STATES = (
     PUBLISHED, RECEIVED, STARTED, RETRYING, SUCCEEDED, DUPLICATE, DEAD_LETTERED, REPLAYED,
-    PURGED, REQUEUED,
+    PURGED, REQUEUED, DEDUPLICATED, SUPERSEDED,
 )  # fmt: skip
 # The states after which nothing more happens unless someone acts (a replay).
-FINAL = frozenset({SUCCEEDED, DUPLICATE, DEAD_LETTERED, PURGED})
+FINAL = frozenset({SUCCEEDED, DUPLICATE, DEAD_LETTERED, PURGED, DEDUPLICATED, SUPERSEDED})
 # Records with the same timestamp (one clock tick) are ordered as a message lives.
 _RANK = {state: i for i, state in enumerate(STATES)}
 _RANK[REQUEUED] = _RANK[RETRYING]

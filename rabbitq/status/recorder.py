@@ -13,6 +13,9 @@ record             from
 ``started``        its handler began (``attempt``); also for bodies that fail to decode
 ``succeeded``      the handler returned (``duration`` in seconds); the ack follows
 ``duplicate``      its idempotency key was handled before: acked, not run
+``superseded``     a later publish of its debounce key came: acked, not run
+``deduplicated``   a publish refused, its unique key held (``key``, ``first``: the id
+                   the publish returned); written under the refused publish's own id
 ``retrying``       the retry copy was confirmed (``error``, ``delay``, ``next_attempt``,
                    ``next_at``, ``deferred``)
 ``dead_lettered``  the DLQ copy was confirmed (``reason``, ``error``)
@@ -108,7 +111,7 @@ class _Delivery(DeliverySpan):
 
     __slots__ = (
         "active", "attempt", "callback_of", "decision", "duration", "group", "inner",
-        "is_duplicate", "message_id", "started", "writer",
+        "is_duplicate", "message_id", "skip_state", "started", "writer",
     )  # fmt: skip
 
     def __init__(
@@ -124,6 +127,7 @@ class _Delivery(DeliverySpan):
         self.decision: dict[str, Any] = {}
         self.duration: float | None = None
         self.is_duplicate = False
+        self.skip_state: str | None = None
         self.started = 0.0
         self.active: AbstractContextManager[None] | None = None
 
@@ -170,12 +174,16 @@ class _Delivery(DeliverySpan):
         self.inner.duplicate()
         self.is_duplicate = True
 
+    def skipped(self, state: str) -> None:
+        self.inner.skipped(state)
+        self.skip_state = state
+
     def end(self, outcome: str, error: str | None = None) -> None:
         self.inner.end(outcome, error)
         now = time.time()
         detail: Mapping[str, Any]
         if outcome == "success":
-            state = DUPLICATE if self.is_duplicate else SUCCEEDED
+            state = DUPLICATE if self.is_duplicate else self.skip_state or SUCCEEDED
             detail = {} if self.duration is None else {"duration": round(self.duration, 6)}
         elif outcome == "retried":
             state, detail = RETRYING, self.decision

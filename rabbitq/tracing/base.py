@@ -55,6 +55,9 @@ class DeliverySpan:
     def duplicate(self) -> None:
         """The delivery's idempotency key was handled before: acked, not run."""
 
+    def skipped(self, state: str) -> None:
+        """A capability stage acked the delivery unrun, as ``state`` (``superseded``)."""
+
     def end(self, outcome: str, error: str | None = None) -> None:
         """The delivery is settled: ``success``, ``retried``, ``dead_lettered``, ``requeued``."""
 
