@@ -3,7 +3,7 @@ tables (same database, same prefix).
 
 One table, ``<prefix>publish_keys (key, message_id, pending, pending_until, expires_at)``,
 the key prefixed by its kind (``u:`` unique, ``d:`` debounce). Taking a unique key is one
-``INSERT ... ON CONFLICT DO UPDATE ... WHERE`` (the row is free, expired, or ours): of two
+``INSERT ... ON CONFLICT DO UPDATE ... WHERE`` (no row, or an expired one): of two
 publishers racing, exactly one gets the row back. A debounced delivery's check is one
 statement too (a data-modifying CTE: a delivered pending message made the latest, then
 read). Every statement is its own autocommit transaction. Rows past ``expires_at`` count
@@ -29,7 +29,7 @@ _TAKE = (
     "INSERT INTO {t} AS k (key, message_id, expires_at) VALUES (%(k)s, %(m)s, " + _SECS + ")"
     " ON CONFLICT (key) DO UPDATE SET message_id = EXCLUDED.message_id,"
     " expires_at = EXCLUDED.expires_at"
-    " WHERE k.expires_at < now() OR k.message_id = EXCLUDED.message_id RETURNING 1"
+    " WHERE k.expires_at < now() RETURNING 1"
 )
 _HOLDER = "SELECT message_id FROM {t} WHERE key = %(k)s AND expires_at >= now()"
 _HOLD = "UPDATE {t} SET expires_at = " + _SECS + " WHERE key = %(k)s AND message_id = %(m)s"

@@ -2,8 +2,8 @@
 Redis, same key base).
 
 - ``<base>unique:<key>``: the holding message id, expiring when the lease or the window
-  ends. Taking it is one script (``SET ... PX`` if absent or ours, else answer the
-  holder): of two publishers racing, exactly one takes it.
+  ends. Taking it is one script (``SET ... PX`` if absent, else answer the holder):
+  of two publishers racing, exactly one takes it.
 - ``<base>debounce:<key>``: a hash, ``l`` the burst's latest message, ``p`` the pending
   one with ``pu`` (Redis's clock, ms) the end of its publish's lease; it expires
   ``retention`` after its last publish. Every change and the delivery's check are one
@@ -31,7 +31,7 @@ CLIENT_NAME = "rabbitq-keys"
 # KEYS[1]; ARGV: message id, ms -> '' (taken) or the holder
 _TAKE = """
 local v = redis.call('GET', KEYS[1])
-if (not v) or v == ARGV[1] then
+if not v then
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
   return ''
 end

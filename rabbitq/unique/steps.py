@@ -1,9 +1,9 @@
 """The publish steps of unique and debounced publishes (``publish(unique_for=...)``,
 ``publish(debounce=..., unique_key=...)``; docs/control.md).
 
-**unique**: take the key (free, expired, or held by this very message id: a retried
-publish), send, then hold it for the rest of the window. The key is taken for
-:data:`~.store.PENDING_LEASE` only until the broker confirmed the message, so a
+**unique**: take the key (free or expired), send, then hold it for the rest of the
+window; the same message id published again within it is refused like any other. The
+key is taken for :data:`~.store.PENDING_LEASE` only until the broker confirmed the message, so a
 publisher killed in between holds it that long, not for the window; a send that fails
 (or is cancelled) releases it, compare-and-delete, before the error goes on. A key held
 by another message: nothing is sent, the holder's id is returned, and a

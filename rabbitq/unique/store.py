@@ -29,8 +29,8 @@ class KeyStore(Protocol):
     """The unique and debounce keys of an app (PostgreSQL or Redis)."""
 
     async def take(self, key: str, message_id: str, lease: float) -> str | None:
-        """Hold ``key`` for ``message_id`` for ``lease`` seconds if it is free (or held
-        by ``message_id`` already): None; else the id of the message holding it."""
+        """Hold ``key`` for ``message_id`` for ``lease`` seconds if it is free: None;
+        else the id of the message holding it (``message_id`` itself, published again)."""
 
     async def hold(self, key: str, message_id: str, seconds: float) -> None:
         """Keep ``key`` held ``seconds`` from now, if ``message_id`` holds it."""
