@@ -3,10 +3,10 @@
 
 **unique**: take the key (free or expired), send, then hold it for the rest of the
 window; the same message id published again within it is refused like any other. The
-key is taken for :data:`~.store.PENDING_LEASE` only until the broker confirmed the message, so a
-publisher killed in between holds it that long, not for the window; a send that fails
-(or is cancelled) releases it, compare-and-delete, before the error goes on. A key held
-by another message: nothing is sent, the holder's id is returned, and a
+key is taken for :data:`~.store.PENDING_LEASE` only until the broker confirmed the
+message, so a publisher killed in between holds it that long, not for the window; a
+send that fails (or is cancelled) releases it, compare-and-delete, before the error goes
+on. A key held by another message: nothing is sent, the holder's id is returned, and a
 ``deduplicated`` status record is written under this publish's own id.
 
 **debounce**: the key's pending message is this one (with the same lease), it is sent
