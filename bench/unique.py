@@ -10,7 +10,8 @@ the store), and with ``debounce=0.1`` and a key per 10 messages (the key's pendi
 latest written: two round trips, and the ladder) on Redis and on PostgreSQL (the
 machine's, loopback). The publisher is open, its store connected and the ladder
 declared before the clock starts. Rounds alternate the order of the modes; the table
-shows the median (min-max) msg/s and the ratio to the plain publish. Every delayed
+shows the median (min-max) msg/s and the client's CPU per message (steadier on a busy
+machine), each with its ratio to the plain publish. Every delayed
 message is taken off the queue before it is deleted (none left in the shared ladder),
 and the bench's keys and tables are deleted after.
 """
@@ -20,6 +21,7 @@ from __future__ import annotations
 import os
 import statistics
 import sys
+import time
 import uuid
 
 from rabbitq import App, RetryPolicy
@@ -74,7 +76,7 @@ def _options(mode: str, k: int, tag: str) -> dict[str, object]:
     return {}
 
 
-async def _run(url: str, n: int, mode: str) -> float:
+async def _run(url: str, n: int, mode: str) -> tuple[float, float]:
     tag = uuid.uuid4().hex[:8]
     app = _app(mode, tag)
     delayed = "delay" in mode or "debounce" in mode
@@ -82,14 +84,14 @@ async def _run(url: str, n: int, mode: str) -> float:
         async with app.publisher() as pub:
             # the store connected (and its table made), the ladder declared: not timed
             await pub.publish(job(-1), **_options(mode, -1, "warm"))  # type: ignore[arg-type]
-            started = clock()
+            started, cpu = clock(), time.process_time()
             for k in range(n):
                 await pub.publish(job(k), **_options(mode, k, tag))  # type: ignore[arg-type]
-            elapsed = clock() - started
+            elapsed, cpu = clock() - started, time.process_time() - cpu
         if delayed:  # all of them in the queue before it is deleted
             await _arrived(conn, app.queue, n + 1, timeout=120)
     await _clean(app, tag)
-    return n / elapsed
+    return n / elapsed, cpu / n * 1e6
 
 
 async def _clean(app: App, tag: str) -> None:
@@ -116,17 +118,24 @@ async def _clean(app: App, tag: str) -> None:
 
 async def main_async(url: str, n: int, rounds: int) -> None:
     results: dict[str, list[float]] = {mode: [] for mode in MODES}
+    cpus: dict[str, list[float]] = {mode: [] for mode in MODES}
     for r in range(rounds):
         for mode in MODES if r % 2 == 0 else reversed(MODES):
-            results[mode].append(await _run(url, n, mode))
+            rate, cpu = await _run(url, n, mode)
+            results[mode].append(rate)
+            cpus[mode].append(cpu)
         print(f"round {r + 1}/{rounds} done", file=sys.stderr)
     print(f"\nn={n}, rounds={rounds}, one publish at a time\n")
-    print("| scenario | msg/s, median (min-max) | vs plain |")
-    print("|---|---|---|")
-    base = statistics.median(results["publish"])
+    print("| scenario | msg/s, median (min-max) | vs plain | client cpu us/msg | vs plain |")
+    print("|---|---|---|---|---|")
+    base, base_cpu = statistics.median(results["publish"]), statistics.median(cpus["publish"])
     for mode in MODES:
         ratio = statistics.median(results[mode]) / base
-        print(f"| {mode} | {spread(results[mode])} | {ratio:.2f}x |")
+        cpu = statistics.median(cpus[mode])
+        print(
+            f"| {mode} | {spread(results[mode])} | {ratio:.2f}x | {cpu:.0f} | "
+            f"{cpu / base_cpu:.2f}x |"
+        )
 
 
 def main() -> None:

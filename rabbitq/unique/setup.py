@@ -1,15 +1,16 @@
-"""What unique and debounced publishes add to an app (``App(debounce=...)``; the pure
-choice, and the error when the app has no store to hold keys in)."""
+"""What unique and debounced publishes add to an app (``App(debounce=...)``), and the
+one place an app's store becomes its key store (:func:`key_store`)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from .._amqp.outgoing import PublishStep, add_step
+from ..effects.location import PostgresLocation, RedisLocation
 from ..errors import ConfigurationError
 from ..job import Stage, add_stage
 from .steps import DebounceStep, UniqueStep
-from .store import key_store
+from .store import KeyStore
 
 NO_STORE = (
     "debounce=True needs a store to hold its keys: "
@@ -37,3 +38,20 @@ def with_keys(app: Any, debounce: bool) -> tuple[tuple[PublishStep, ...], tuple[
         steps = add_step(steps, DebounceStep(store))
         stages = add_stage(stages, SupersededStage(store))
     return steps, stages
+
+
+def key_store(*stores: Any) -> KeyStore | None:
+    """The key store beside the first of ``stores`` (an app's idempotency and status
+    stores) that has a :mod:`~rabbitq.effects.location`: the same database and prefix,
+    or the same Redis and key base, and their retention; None without one."""
+    for store in stores:
+        location = getattr(store, "location", None)
+        if isinstance(location, PostgresLocation):
+            from .keys_pg import PostgresKeys
+
+            return PostgresKeys(location)
+        if isinstance(location, RedisLocation):
+            from .keys_redis import RedisKeys
+
+            return RedisKeys(location)
+    return None

@@ -1,6 +1,5 @@
-"""Where unique and debounce keys are held: the :class:`KeyStore` protocol, the decision
-a debounced delivery comes to (:func:`decide`, pure), and the one place an app's store
-becomes a key store (:func:`key_store`).
+"""Where unique and debounce keys are held: the :class:`KeyStore` protocol, and the
+decision a debounced delivery comes to (:func:`decide`, pure).
 
 A **unique** key is held by one message id until its window ends: first for a short
 lease while its publish is on its way (:data:`PENDING_LEASE`), then, once the broker
@@ -13,9 +12,7 @@ A store that cannot be reached raises :class:`~rabbitq.effects.StoreUnavailable`
 
 from __future__ import annotations
 
-from typing import Any, Protocol
-
-from ..effects.location import PostgresLocation, RedisLocation
+from typing import Protocol
 
 PENDING_LEASE = 120.0
 """Seconds a key is held for a publish not yet confirmed: a publisher killed between
@@ -68,20 +65,3 @@ def decide(latest: str | None, waiting: bool, message_id: str) -> str:
     if latest != message_id:
         return SUPERSEDED
     return WAIT if waiting else RUN
-
-
-def key_store(*stores: Any) -> KeyStore | None:
-    """The key store beside the first of ``stores`` (an app's idempotency and status
-    stores) that has a :mod:`~rabbitq.effects.location`: the same database and prefix,
-    or the same Redis and key base, and their retention; None without one."""
-    for store in stores:
-        location = getattr(store, "location", None)
-        if isinstance(location, PostgresLocation):
-            from .keys_pg import PostgresKeys
-
-            return PostgresKeys(location)
-        if isinstance(location, RedisLocation):
-            from .keys_redis import RedisKeys
-
-            return RedisKeys(location)
-    return None

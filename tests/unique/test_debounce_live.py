@@ -9,7 +9,7 @@ import asyncio
 
 from rabbitq import App, Context, Message, Worker
 from rabbitq.testing import deliver
-from rabbitq.unique.store import key_store
+from rabbitq.unique.setup import key_store
 from tests.helpers import Recorder, declare_topology, running, wait_for
 
 

@@ -9,8 +9,9 @@ from rabbitq import App, Message
 from rabbitq._amqp.outgoing import KEY_STEPS, require_step
 from rabbitq.errors import ConfigurationError
 from rabbitq.unique.release import keys_of
+from rabbitq.unique.setup import key_store
 from rabbitq.unique.steps import check_key, seconds
-from rabbitq.unique.store import RUN, SUPERSEDED, WAIT, decide, key_store
+from rabbitq.unique.store import RUN, SUPERSEDED, WAIT, decide
 
 
 class Ping(Message, type="test.unique.ping"):

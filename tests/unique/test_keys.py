@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import asyncio
 
-from rabbitq.unique.store import RUN, SUPERSEDED, WAIT, KeyStore, key_store
+from rabbitq.unique.setup import key_store
+from rabbitq.unique.store import RUN, SUPERSEDED, WAIT, KeyStore
 
 
 def _keys(backend) -> KeyStore:
