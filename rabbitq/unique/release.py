@@ -5,16 +5,21 @@ ends its debounce burst, so no key is held by a message that no longer exists.""
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, Protocol
 
 from .._amqp import headers as h
 from .store import KeyStore
 
 log = logging.getLogger("rabbitq.unique")
 
-Release = Callable[[Mapping[str, Any], str], Awaitable[None]]
-"""``await release(headers, message_id)``: free what that message holds."""
+class Release(Protocol):
+    """``await release(headers, message_id)``: free what that message holds;
+    ``await release.close()`` once done (the store's connections)."""
+
+    async def __call__(self, headers: Mapping[str, Any], message_id: str) -> None: ...
+
+    async def close(self) -> None: ...
 
 
 def keys_of(headers: Mapping[str, Any]) -> tuple[str | None, str | None]:
@@ -22,34 +27,47 @@ def keys_of(headers: Mapping[str, Any]) -> tuple[str | None, str | None]:
     return _text(headers.get(h.UNIQUE_KEY)), _text(headers.get(h.DEBOUNCE_KEY))
 
 
-def key_release(app: Any) -> Release | None:
-    """The release of ``app``'s keys (its ``unique`` publish step's store); None for an
-    app without a store."""
-    store: KeyStore | None = next((s.store for s in app.publish_steps if s.name == "unique"), None)
-    if store is None:
-        return None
-    keys = store
+class KeyRelease:
+    """Frees the keys a message's headers name, in ``store``, if that message holds
+    them (compare-and-delete: a key taken since by another message stays)."""
 
-    async def release(headers: Mapping[str, Any], message_id: str) -> None:
+    def __init__(self, store: KeyStore) -> None:
+        self.store = store
+
+    async def __call__(self, headers: Mapping[str, Any], message_id: str) -> None:
         unique, debounce = keys_of(headers)
         if unique and message_id:
-            await keys.release(unique, message_id)
+            await self.store.release(unique, message_id)
         if debounce and message_id:
-            await keys.finish(debounce, message_id)
+            await self.store.finish(debounce, message_id)
 
-    return release
+    async def close(self) -> None:
+        await self.store.close()
+
+
+def key_release(app: Any) -> KeyRelease | None:
+    """The release of ``app``'s keys (its ``unique`` publish step's store); None for an
+    app without a store."""
+    store: KeyStore | None = next(
+        (s.store for s in app.publish_steps if s.name == "unique"), None
+    )
+    return None if store is None else KeyRelease(store)
 
 
 async def release_all(release: Release, gone: list[tuple[dict[str, Any], str]]) -> int:
-    """Release each ``(headers, message_id)``; a failure is logged (the key is then held
-    until its window ends) and counted. Returns how many failed."""
+    """Release each ``(headers, message_id)``, then close ``release``; a failure is
+    logged (the key is then held until its window ends) and counted. Returns how many
+    failed."""
     failed = 0
-    for headers, message_id in gone:
-        try:
-            await release(headers, message_id)
-        except Exception as exc:
-            failed += 1
-            log.warning("could not release the keys of purged %s: %s", message_id, exc)
+    try:
+        for headers, message_id in gone:
+            try:
+                await release(headers, message_id)
+            except Exception as exc:
+                failed += 1
+                log.warning("could not release the keys of purged %s: %s", message_id, exc)
+    finally:
+        await release.close()
     return failed
 
 
