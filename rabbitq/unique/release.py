@@ -13,6 +13,7 @@ from .store import KeyStore
 
 log = logging.getLogger("rabbitq.unique")
 
+
 class Release(Protocol):
     """``await release(headers, message_id)``: free what that message holds;
     ``await release.close()`` once done (the store's connections)."""
@@ -48,9 +49,7 @@ class KeyRelease:
 def key_release(app: Any) -> KeyRelease | None:
     """The release of ``app``'s keys (its ``unique`` publish step's store); None for an
     app without a store."""
-    store: KeyStore | None = next(
-        (s.store for s in app.publish_steps if s.name == "unique"), None
-    )
+    store: KeyStore | None = next((s.store for s in app.publish_steps if s.name == "unique"), None)
     return None if store is None else KeyRelease(store)
 
 

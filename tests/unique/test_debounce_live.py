@@ -86,3 +86,37 @@ def test_an_app_that_does_not_debounce_has_no_stage():
     debounced = App(queue="q", backend=PostgresBackend("postgresql://nowhere/db"), debounce=True)
     assert [s.name for s in debounced.publish_steps] == ["unique", "debounce"]
     assert [s.name for s in debounced.delivery_stages] == ["superseded"]  # type: ignore[attr-defined]
+
+
+async def test_the_latest_waits_for_a_newer_publish_still_on_its_way(make_keyed, connection):
+    """The edge: the burst's latest is delivered while a newer publish of its key has
+    written its pending entry but is not yet confirmed. It must neither run (the newer
+    one would run too: two runs in one burst) nor be dropped (that publish may fail):
+    it looks again until the newer one is confirmed, then it is superseded."""
+    app = make_keyed(handler=False, debounce=True)
+    runs: list[int] = []
+
+    @app.handler(Digest)
+    async def digest(msg: Digest) -> None:
+        runs.append(msg.n)
+
+    await declare_topology(connection, app)
+    keys = key_store(app.idempotency)
+    assert keys is not None
+    recorder = Recorder()
+    async with running(Worker(app, hooks=recorder)), app.publisher() as pub:
+        first = await pub.publish(Digest(user=1, n=1), debounce=0.2, unique_key="digest:1")
+        await keys.propose("digest:1", "second", 60)  # a publish on its way, unconfirmed
+        await wait_for(lambda: recorder.count("retried") >= 2, timeout=30)  # it looked again
+        assert runs == []
+        await pub.publish(
+            Digest(user=1, n=2), debounce=0.2, unique_key="digest:1", message_id="second"
+        )
+        await wait_for(lambda: runs == [2], timeout=30)
+        await asyncio.sleep(1.5)  # the first is not run after all
+    await keys.close()
+    assert runs == [2]
+    await app.tracing.flush()
+    st = await app.status(first)
+    assert st is not None and st.state == "superseded"
+    assert any(e.state == "retrying" and e.detail.get("deferred") for e in st.history)

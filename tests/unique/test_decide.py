@@ -58,3 +58,36 @@ def test_the_headers_name_the_keys():
     assert keys_of({"rabbitq-unique-key": b"capture:1"}) == ("capture:1", None)
     assert keys_of({"rabbitq-debounce-key": "digest:7", "x": 1}) == (None, "digest:7")
     assert keys_of({"rabbitq-unique-key": ""}) == (None, None)
+
+
+def test_the_new_states_end_a_message_and_show_in_its_history():
+    from rabbitq.status.model import Record, fold, history_lines
+
+    superseded = fold("m1", [Record("m1", "received", 1.0, 1), Record("m1", "superseded", 1.1, 1)])
+    assert superseded is not None and superseded.state == "superseded" and superseded.final
+    detail = {"type": "t", "key": "capture:1", "first": "m0"}
+    refused = fold("m2", [Record("m2", "deduplicated", 2.0, None, detail)])
+    assert refused is not None and refused.final
+    assert "deduplicated" in history_lines(refused)[1]
+    assert "key=capture:1 first=m0" in history_lines(refused)[1]
+
+
+async def test_a_stage_that_skips_is_recorded_as_its_state_not_succeeded():
+    from rabbitq.status.model import Record
+    from rabbitq.status.recorder import StatusTracing
+    from rabbitq.tracing.base import NO_TRACING
+
+    written: list[Record] = []
+
+    class Writer:
+        def add(self, record: Record) -> None:
+            written.append(record)
+
+    tracing = StatusTracing(Writer(), NO_TRACING)  # type: ignore[arg-type]
+    span = tracing.deliver(
+        {}, queue="q", type_name="t", routing_key="t", message_id="m", correlation_id=None,
+        attempt=1, body_size=2,
+    )  # fmt: skip
+    span.skipped("superseded")
+    span.end("success")
+    assert [r.state for r in written] == ["received", "superseded"]
