@@ -5,14 +5,24 @@ publish that fails frees its key, and a dead letter purged from the DLQ frees it
 from __future__ import annotations
 
 import asyncio
+import os
 from collections import Counter
 
 import pytest
 
 from rabbitq import Context, PermanentError, Worker, dlq
+from rabbitq.backends import RedisBackend
 from rabbitq.errors import ConfigurationError, Unroutable
 from rabbitq.unique.release import key_release
-from tests.helpers import Recorder, declare_topology, drain_queue, running, wait_for
+from tests.helpers import (
+    ROOT,
+    Recorder,
+    declare_topology,
+    drain_queue,
+    run_cli_async,
+    running,
+    wait_for,
+)
 from tests.unique.conftest import Capture
 
 
@@ -143,3 +153,46 @@ async def test_wrong_combinations_are_refused_before_anything_is_sent(make_keyed
             await pub.publish(Capture(order_id=6), debounce=1, unique_key="k", delay=5)
         with pytest.raises(ConfigurationError, match="unique_for must be positive"):
             await pub.publish(Capture(order_id=6), unique_for=-1)
+
+
+SERVICE = """
+from rabbitq import App
+from rabbitq.backends import PostgresBackend, RedisBackend
+from tests.unique.conftest import Capture
+
+app = App(queue={queue!r}, exchange={exchange!r}, backend={backend})
+
+
+@app.handler(Capture)
+async def capture(msg: Capture) -> None:
+    pass
+"""
+
+
+async def test_rabbitq_purge_frees_the_keys_of_what_it_deletes(
+    make_keyed, connection, backend, broker_url, tmp_path
+):
+    app = make_keyed()
+    await declare_topology(connection, app)
+    where = backend.location
+    made = (
+        f"RedisBackend({where.url!r}, key_prefix={where.base!r})"
+        if isinstance(backend, RedisBackend)
+        else f"PostgresBackend({where.dsn!r}, prefix={where.prefix!r})"
+    )
+    (tmp_path / "service.py").write_text(
+        SERVICE.format(queue=app.queue, exchange=app.exchange, backend=made)
+    )
+    async with app.publisher() as pub:
+        first = await pub.publish(Capture(order_id=7), unique_for=3600, unique_key="c:7")
+        await pub.publish(Capture(order_id=8))  # no key: purged all the same
+        assert await pub.publish(Capture(order_id=7), unique_for=3600, unique_key="c:7") == first
+        env = {"PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}"}
+        result = await run_cli_async(
+            "purge", "service:app", "--yes", cwd=tmp_path, url=broker_url, env=env
+        )
+        assert result.returncode == 0, result.stderr
+        assert result.stdout == f"{app.queue}: 2 message(s) purged\n"
+        again = await pub.publish(Capture(order_id=7), unique_for=3600, unique_key="c:7")
+    assert again != first
+    assert [m.message_id for m in await drain_queue(connection, app.queue)] == [again]
