@@ -13,7 +13,7 @@ from datetime import timedelta
 from types import EllipsisType
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ._amqp.outgoing import PublishStep
+from ._amqp.outgoing import PublishStep, add_step
 from ._amqp.partition_plan import plan_app
 from ._amqp.partitions import check_partitions, partition_queue
 from ._amqp.publisher import DEFAULT_TIMEOUT as DEFAULT_PUBLISH_TIMEOUT
@@ -40,8 +40,10 @@ from .handler import (
     is_async_fn,
     wants_context,
 )
-from .job import Middleware, Stage, check_middleware
+from .job import Middleware, Stage, add_stage, check_middleware
 from .message import Message
+from .payloads.steps import Fetch, Offload
+from .payloads.store import BlobStore
 from .ratelimit.gate import RateBackend
 from .retry import RetryPolicy
 from .schedule.spec import DEFAULT_CATCH_UP, CatchUp, Schedules
@@ -100,8 +102,9 @@ class App:
     chords' too; an ``idempotency`` or ``status`` given as well wins for its kind.
     ``middleware``: the app's own stages, run for every decoded delivery before its
     handler, in the worker and in ``rabbitq.testing`` (docs/middleware.md).
-    ``debounce=True`` (a store needed) lets producers ``publish(debounce=...)`` and its
-    workers ack what a later publish superseded (docs/control.md).
+    ``large_payloads`` (a :class:`~rabbitq.payloads.PostgresBlobs` or ``S3Blobs``) keeps
+    bodies above its ``above`` size out of the broker (docs/payloads.md).
+    ``debounce=True`` (with a store): ``publish(debounce=...)`` works (docs/control.md).
     """
 
     def __init__(
@@ -125,6 +128,7 @@ class App:
         partitions: int = 0,
         middleware: Sequence[Middleware] = (),
         backend: Backend | None = None,
+        large_payloads: BlobStore | None = None,
         debounce: bool = False,
     ) -> None:
         if prefetch < 1:
@@ -158,6 +162,10 @@ class App:
         # its decode), in their fixed order (amqp.outgoing.add_step, job.add_stage).
         self.publish_steps: tuple[PublishStep, ...] = ()
         self.delivery_stages: tuple[Stage, ...] = ()
+        self.large_payloads = large_payloads  # docs/payloads.md
+        if large_payloads is not None:
+            self.publish_steps = add_step(self.publish_steps, Offload(large_payloads))
+            self.delivery_stages = add_stage(self.delivery_stages, Fetch(large_payloads))
         self.publish_steps, self.delivery_stages = with_keys(self, debounce)  # unique, debounce
         self.partitions = check_partitions(partitions)  # docs/ordering.md
         self.partition_index = 0  # of the view that partition()'s worker runs

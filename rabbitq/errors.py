@@ -209,6 +209,7 @@ EXTRAS: dict[str, str] = {
     "python_multipart": "console",
     "uvloop": "uvloop",
     "watchfiles": "reload",
+    "boto3": "s3",
 }
 """Top-level module name -> the extra that installs it."""
 

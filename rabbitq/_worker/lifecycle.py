@@ -46,7 +46,7 @@ from .batching import Batcher
 from .breaker_guard import BreakerGuard
 from .consumer import BROKER_BLOCKED, CLOSE_TIMEOUT, NOT_CONSUMING, STOPPING, Consumer
 from .consumer_timeout import on_channel_closed
-from .copies import CopyStore, own_targets
+from .copies import CopyStore, own_arguments, own_targets
 from .delivery import Incoming
 from .dispatch import new_job, resolve_type
 from .handler_pool import HandlerPool, report_abandoned, report_returned
@@ -127,6 +127,7 @@ class Worker:
             consumer=self.consumer,
             renew=self.keeper.renew_copy_channel,
             hooks=self.hooks,
+            arguments=own_arguments(self.topology),
         )
         self._settler = Settler(self._queue_name, self.topology, self._copies, self.hooks)
         # ordered_by handlers: one message of a key at a time, retries held (docs/ordering.md)

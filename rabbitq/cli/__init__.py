@@ -13,6 +13,7 @@ from .._ops import logs
 
 # Modules, not their commands: ``rabbitq.cli.dlq`` stays the module (tests patch it).
 from . import (
+    blobs,
     demo,
     dlq,
     doctor,
@@ -60,5 +61,6 @@ main.add_command(doctor.doctor)
 main.add_command(status.status)
 main.add_command(console)
 main.add_command(version.version)
+main.add_command(blobs.blobs)
 main.add_command(schedule.scheduler)
 main.add_command(schedule.schedule)

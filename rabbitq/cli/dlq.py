@@ -18,7 +18,7 @@ from ..settings import TLS
 from . import dlq_view as view
 from .common import friendly_errors, tls_options, url_option
 from .dlq_options import (
-    app_parts,
+    app_seams,
     filter_options,
     filters_from,
     finish,
@@ -182,7 +182,7 @@ def replay(
         rabbitq dlq replay emails --type email.send --since 1h --rate 50
     """
     filters = filters_from(kwargs)
-    tracing, _ = app_parts(app_spec)
+    tracing, *_ = app_seams(app_spec)
     label = f"replay {ops.resolve_dlq(queue)}"
     with view.ProgressView(label, enabled=not dry_run, plain=not as_json) as progress:
         tally = run_call(
@@ -325,7 +325,7 @@ def import_(
     "--app",
     "app_spec",
     metavar="MODULE:APP",
-    help="Record each deletion in this app's status store, and free the keys it held.",
+    help="Record deletions in its status store, delete their large payloads, free their keys.",
 )
 @json_lines_option
 @url_option
@@ -353,7 +353,7 @@ def purge(
         rabbitq dlq purge emails --reason invalid --until 7d --yes
     """
     filters = filters_from(kwargs)
-    tracing, release = app_parts(app_spec)  # its status records, its keys (docs/control.md)
+    tracing, released, release = app_seams(app_spec)  # docs/dlq.md, docs/control.md
     dlq_queue = ops.resolve_dlq(queue)
     what = f"matching {filters.describe()}" if filters.active else "(no filter: ALL of them)"
     if not yes and not dry_run:
@@ -391,8 +391,7 @@ def purge(
                 limit=limit,
                 dry_run=dry_run,
                 on_progress=progress,
-                tracing=tracing,
-                release=release,
+                tracing=tracing, released=released, release=release,
             ),
         )
     if not as_json and filters.active:

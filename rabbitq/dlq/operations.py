@@ -17,6 +17,7 @@ were sent but not yet known to be processed are counted as possible duplicates.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 import aiormq
@@ -32,6 +33,9 @@ from .message import DeadMessage, Filters, resolve_dlq
 from .mover import Mover, Pacer
 from .reader import LostConnection, interrupted, session, user_of
 from .tally import Progress, Tally
+
+Released = Callable[[Sequence[Mapping[str, Any]]], Awaitable[None]]
+"""What a purge calls with the headers of the messages it deleted (:func:`purge`)."""
 
 # Copies in flight (published, confirm not yet received) during replay and import.
 DEFAULT_WINDOW = 256
@@ -197,15 +201,19 @@ async def purge(
     connection: AbstractConnection | None = None,
     tracing: Tracing | None = None,
     release: Release | None = None,
+    released: Released | None = None,
 ) -> Tally:
     """Delete the DLQ messages that match ``filters`` (all of them without filters), at
     most ``limit``; the others stay, in order. ``dry_run`` deletes nothing and counts
     what would go. ``tracing`` (e.g. the app's) is told of each message deleted (its
-    status becomes ``purged`` with ``App(status=...)``); ``release`` (the app's
-    :func:`~rabbitq.unique.release.key_release`) frees the unique and debounce keys
-    of each, once its deletion is settled."""
+    status becomes ``purged`` with ``App(status=...)``). ``released`` is called once the
+    deletions are settled, with the headers of every message deleted: what the app
+    keeps elsewhere for them goes too (a large payload's blob); ``release`` (the app's
+    :func:`~rabbitq.unique.release.key_release`) frees the unique and debounce keys of
+    each (compare-and-delete, by its message id)."""
     tracing = tracing or NO_TRACING
-    gone: list[tuple[dict[str, Any], str]] = []
+    gone: list[Mapping[str, Any]] = []
+    keyed: list[tuple[dict[str, Any], str]] = []
     async with session(
         "purge",
         queue,
@@ -225,8 +233,10 @@ async def purge(
             if not dry_run:
                 await reader.ack(delivery)
                 tracing.purged(queue=s.dlq, message_id=m.message_id or "")
+                if released is not None:
+                    gone.append(m.headers)
                 if release is not None and any(keys_of(delivery.headers or {})):
-                    gone.append((dict(delivery.headers or {}), m.message_id or ""))
+                    keyed.append((dict(delivery.headers or {}), m.message_id or ""))
             tally.done += 1
             if on_progress is not None:
                 on_progress(tally)
@@ -234,7 +244,9 @@ async def purge(
                 break
         if not dry_run:
             await reader.settled()  # every ack has been processed
+    if gone and released is not None:
+        await released(gone)
     if release is not None:
-        await release_all(release, gone)
+        await release_all(release, keyed)
     await tracing.flush()
     return tally

@@ -6,8 +6,8 @@ An app with ``debounce=True`` on the backend ``DEBOUNCE_STORE`` names (``postgre
 (``DEBOUNCE_LEDGER``: one ``os.write`` per line, ``O_APPEND``, so a line survives
 ``kill -9``), sleeps ``DEBOUNCE_SLOW`` seconds (room for a kill mid-run), then with
 PostgreSQL writes its effect row in ``ctx.transaction()`` (``<prefix>digests``: once
-per message id with the app's idempotency store) and a ``done`` line. A handler's time
-limit of 5 s is also its key's lease in the store: a killed run is taken over after it.
+per message id with the app's idempotency store) and a ``done`` line. A killed run's
+claim in the store lapses (its heartbeat stops) and the redelivery takes it over.
 """
 
 from __future__ import annotations

@@ -31,6 +31,7 @@ PUBLIC_PACKAGES = (
     "backends",
     "dlq",
     "effects",
+    "payloads",
     "ladder",
     "ratelimit",
     "schedule",
