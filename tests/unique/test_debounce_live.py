@@ -7,9 +7,13 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from rabbitq import App, Context, Message, Worker
+from rabbitq.errors import Unroutable
 from rabbitq.testing import deliver
 from rabbitq.unique.setup import key_store
+from rabbitq.unique.store import RUN
 from tests.helpers import Recorder, declare_topology, running, wait_for
 
 
@@ -120,3 +124,17 @@ async def test_the_latest_waits_for_a_newer_publish_still_on_its_way(make_keyed,
     st = await app.status(first)
     assert st is not None and st.state == "superseded"
     assert any(e.state == "retrying" and e.detail.get("deferred") for e in st.history)
+
+
+async def test_a_debounced_publish_that_fails_withdraws_itself(make_keyed):
+    app = make_keyed(handler=False, debounce=True)  # its queue never declared: unroutable
+    app.handler(Digest)(lambda msg: None)
+    keys = key_store(app.idempotency)
+    assert keys is not None
+    await keys.propose("digest:9", "a", 60)
+    await keys.commit("digest:9", "a")  # the burst's latest so far
+    async with app.publisher() as pub:
+        with pytest.raises(Unroutable):
+            await pub.publish(Digest(user=9, n=2), debounce=0.2, unique_key="digest:9")
+    assert await keys.check("digest:9", "a") == RUN  # not left waiting for a ghost
+    await keys.close()
