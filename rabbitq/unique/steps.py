@@ -50,6 +50,15 @@ def check_key(key: Any) -> str:
     return key
 
 
+async def undo_quietly(undo: Any, key: str, mid: str) -> None:
+    """``await undo(key, mid)`` after a failed send; its own failure is logged (the key
+    is then held until its lease ends), the send's error is the one raised."""
+    try:
+        await undo(key, mid)
+    except Exception as exc:
+        log.warning("could not free key %r of unsent %s: %s", key, mid, exc)
+
+
 class UniqueStep:
     """``publish(unique_for=S, unique_key=K)``: at most one message of K per window."""
 
@@ -81,7 +90,7 @@ class UniqueStep:
         try:
             sent = await call_next(out)
         except BaseException:
-            await self._undo(self.store.release, key, mid)
+            await undo_quietly(self.store.release, key, mid)
             raise
         if window > PENDING_LEASE:
             left = window - (time.monotonic() - taken)
@@ -90,13 +99,6 @@ class UniqueStep:
             except Exception as exc:  # sent: the key is held for the lease only
                 log.warning("unique key %r of %s held %gs only: %s", key, mid, PENDING_LEASE, exc)
         return sent
-
-    @staticmethod
-    async def _undo(undo: Any, key: str, mid: str) -> None:
-        try:
-            await undo(key, mid)
-        except Exception as exc:  # the publish's own error is the one to raise
-            log.warning("could not free key %r of unsent %s: %s", key, mid, exc)
 
 
 class DebounceStep:
@@ -125,7 +127,7 @@ class DebounceStep:
         try:
             sent = await call_next(out)
         except BaseException:
-            await UniqueStep._undo(self.store.withdraw, key, mid)
+            await undo_quietly(self.store.withdraw, key, mid)
             raise
         try:
             await self.store.commit(key, mid)
