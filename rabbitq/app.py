@@ -60,6 +60,7 @@ from .status.model import MessageStatus
 from .status.recorder import StatusTracing
 from .status.writer import StatusWriter
 from .tracing.base import NO_TRACING, Tracing
+from .unique.setup import with_keys
 from .workflow.chords import read_result
 
 if TYPE_CHECKING:
@@ -112,6 +113,7 @@ class App:
     ``priorities=N``: ``publish(msg, priority=k)``, 0 to N-1, by weight (docs/control.md).
     ``cancellable=True``: :meth:`cancel` works, and each delivery is first looked up in
     the store's cancellations (needs a ``backend`` or store; docs/control.md, "Cancel").
+    ``debounce=True`` (with a store): ``publish(debounce=...)`` works (docs/control.md).
     """
 
     def __init__(
@@ -138,6 +140,7 @@ class App:
         large_payloads: BlobStore | None = None,
         priorities: int = 0,
         cancellable: bool = False,
+        debounce: bool = False,
     ) -> None:
         if prefetch < 1:
             raise ConfigurationError(f"prefetch must be at least 1, not {prefetch}")
@@ -177,6 +180,7 @@ class App:
         if cancellable:  # docs/control.md, "Cancel"
             cancel = cancel_stage(backend, idempotency, status)
             self.delivery_stages = add_stage(self.delivery_stages, cancel)
+        self.publish_steps, self.delivery_stages = with_keys(self, debounce)  # unique, debounce
         self.partitions = check_partitions(partitions)  # docs/ordering.md
         self.partition_index = 0  # of the view that partition()'s worker runs
         self.partition_base = queue  # partitions: <it>.p0, ...; its views keep it

@@ -167,6 +167,11 @@ class Job:
         """Acknowledge it without running the rest (the handler included)."""
         return Outcome(ACK, self.type_name, self.attempt)
 
+    def skip(self, state: str) -> Outcome:
+        """Acknowledge it without running the rest, its status ``state`` (a capability's
+        own: ``superseded``) rather than ``succeeded``."""
+        return Outcome(ACK, self.type_name, self.attempt, skipped=state)
+
     def requeue(self) -> Outcome:
         """Give it back to its queue (no attempt used); it comes back at once, so use it
         for a short "not now", never for a message that will never succeed."""

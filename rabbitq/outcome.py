@@ -93,8 +93,8 @@ class Outcome:
     failure: BaseException | None = field(default=None, compare=False, repr=False)
     duplicate: bool = False  # its key was handled before: acked, the handler not run
     busy: bool = False  # its key is in progress elsewhere: a retry copy, no attempt used
-    # Acked without running, and why: the status state to record ("cancelled"); None
-    # for every other outcome.
+    # Acked without running, and why: the status state to record ("cancelled",
+    # "superseded"); None for every other outcome.
     skipped: str | None = None
 
     @property

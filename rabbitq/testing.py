@@ -76,7 +76,7 @@ class Result:
     reason: str | None = None  # DLQ reason
     error: str | None = None
     duplicate: bool = False  # acked without running: its key was handled before
-    skipped: str | None = None  # acked without running, and why ("cancelled")
+    skipped: str | None = None  # acked without running, as this status ("cancelled", ...)
     published: tuple[FollowUp, ...] = ()  # the follow-ups the worker would send
 
     @property

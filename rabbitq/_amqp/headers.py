@@ -39,6 +39,8 @@ DEATHS = "rabbitq-deaths"
 ``{queue, reason, count, time?}`` tables (at most :data:`MAX_DEATHS`)."""
 GROUP = "rabbitq-group"
 CALLBACK_OF = "rabbitq-callback-of"
+UNIQUE_KEY = "rabbitq-unique-key"  # publish(unique_for=): the key it holds (docs/control.md)
+DEBOUNCE_KEY = "rabbitq-debounce-key"  # publish(debounce=): its burst's key
 
 MAX_ERROR_BYTES = 1024
 MAX_TRACEBACK_BYTES = 8192

@@ -24,7 +24,9 @@ from typing import Any, Protocol
 
 from pamqp.commands import Basic
 
-from ..message import Message
+from ..errors import ConfigurationError
+from ..ladder import plan as ladder
+from ..message import Message, encode
 
 STEP_ORDER = ("unique", "debounce", "priority", "encrypt", "offload")
 """The publish steps' names, in the order they run."""
@@ -84,6 +86,19 @@ def add_step(steps: Iterable[PublishStep], step: PublishStep) -> tuple[PublishSt
     return tuple(sorted([*kept, step], key=lambda s: STEP_ORDER.index(s.name)))
 
 
+KEY_STEPS = {
+    "unique": "unique_for needs a store: App(backend=PostgresBackend(...) or RedisBackend(...))",
+    "debounce": "debounce needs App(debounce=True, backend=...): its workers ack the superseded",
+}
+"""Why a publish keyword is refused when the app lacks its step (docs/control.md)."""
+
+
+def require_step(steps: Iterable[PublishStep], name: str, why: str) -> None:
+    """A ConfigurationError saying ``why`` unless ``steps`` has the step ``name``."""
+    if not any(step.name == name for step in steps):
+        raise ConfigurationError(why)
+
+
 def compose(steps: Iterable[PublishStep], last: SendNext) -> SendNext:
     """``steps`` around ``last``, the first of them outermost (no steps: ``last``)."""
     send = last
@@ -97,3 +112,33 @@ def _bind(step: PublishStep, rest: SendNext) -> SendNext:
         return step(out, rest)
 
     return run
+
+
+def outgoing(
+    app: Any,
+    message: Message,
+    props: Basic.Properties,
+    *,
+    delay: float | timedelta | None,
+    at: datetime | None,
+    priority: int,
+    unique_for: float | None,
+    unique_key: str | None,
+    debounce: float | None,
+) -> Outgoing:
+    """The record of one publish of ``message`` by ``app``, its keywords checked before
+    any step acts: a bad delay, or a keyword whose step the app lacks, is refused here,
+    before anything is sent (a bad priority, by the publisher: amqp.lanes)."""
+    if delay is not None or at is not None:
+        ladder.due_in(delay=delay, at=at)
+    name = message.type_name()
+    out = Outgoing(
+        message=message, type_name=name, body=encode(message), props=props,
+        exchange=app.exchange, routing_key=name, queue=app.queue, delay=delay, at=at,
+        options={"priority": priority} if priority else {},
+    )  # fmt: skip
+    if unique_for is not None or unique_key is not None or debounce is not None:
+        step = "unique" if debounce is None else "debounce"
+        require_step(app.publish_steps, step, KEY_STEPS[step])
+        out.options.update(unique_for=unique_for, unique_key=unique_key, debounce=debounce)
+    return out

@@ -50,7 +50,7 @@ from ..errors import (
 from ..hooks import Hooks, combine
 from ..ladder import declare as ladder_declare
 from ..ladder import plan as ladder
-from ..message import Message, Publishable, encode
+from ..message import Message, Publishable
 from ..settings import TLS
 from ..tracing.base import NO_SEND, Tracing
 from . import headers as h
@@ -58,7 +58,7 @@ from . import partitions, properties
 from .confirm import FAILURES, error_kind, retry_waits, send_confirmed, within
 from .connection import connect
 from .lanes import check_priority
-from .outgoing import Outgoing, PublishStep, compose
+from .outgoing import Outgoing, PublishStep, compose, outgoing
 from .topology import Topology, mismatch_from_error
 
 DEFAULT_WINDOW = 512
@@ -267,6 +267,9 @@ class Publisher:
         delay: float | timedelta | None = None,
         at: datetime | None = None,
         priority: int = 0,
+        unique_for: float | None = None,
+        unique_key: str | None = None,
+        debounce: float | None = None,
     ) -> str:
         """Publish and wait for the broker's confirm; return the ``message_id``.
 
@@ -278,29 +281,27 @@ class Publisher:
         :class:`~rabbitq.DelayError` before anything is sent. A chain, group or chord
         returns its id (docs/workflows.md). ``priority``: 0 (default, the lowest) to
         N-1 with ``App(priorities=N)`` (docs/control.md, "Priorities").
+
+        ``unique_for=S`` (``unique_key`` default: the message id): a key held by an
+        earlier publish within its S-second window is not sent again; that publish's id
+        is returned. ``debounce=S, unique_key=K``: handled once, S seconds after K's last
+        publish, with its payload. Both keep keys in the app's store (docs/control.md).
         """
         if not isinstance(message, Message):  # a workflow: only its own id= applies
-            if message_id or correlation_id or headers or reply_to or at or priority or (
-                delay is not None
-            ):
+            extra = (message_id, correlation_id, headers, reply_to, at, unique_for, unique_key)
+            if delay is not None or debounce is not None or priority or any(extra):
                 raise ConfigurationError("publish(workflow) takes no other argument")
             return await message.publish_on(self, self._app)
-        if delay is not None or at is not None:  # a bad delay is refused before any step acts
-            ladder.due_in(delay=delay, at=at)
-        if priority:  # so is a bad priority (amqp.lanes)
+        if priority:  # a bad priority is refused before any step acts (amqp.lanes)
             check_priority(priority, getattr(self._app, "priorities", 0))
         props = properties.new(
-            message,
-            message_id=message_id,
-            correlation_id=correlation_id,
-            headers=headers,
+            message, message_id=message_id, correlation_id=correlation_id, headers=headers,
             reply_to=reply_to,
-        )
-        name, app = message.type_name(), self._app
-        out = Outgoing(
-            message=message, type_name=name, body=encode(message), props=props,
-            exchange=app.exchange, routing_key=name, queue=app.queue, delay=delay, at=at,
-            options={"priority": priority} if priority else {},
+        )  # fmt: skip
+        app = self._app
+        out = outgoing(
+            app, message, props, delay=delay, at=at, priority=priority, unique_for=unique_for,
+            unique_key=unique_key, debounce=debounce,
         )  # fmt: skip
         if not app.publish_steps:
             return await self._send(out)

@@ -63,7 +63,7 @@ class Settler:
                 outcome_log.duplicate(delivery, outcome)
                 self._hooks.duplicate(queue, outcome.type_name)
                 span.duplicate()
-            if outcome.skipped is not None:  # acked unrun (cancelled): not a success
+            if outcome.skipped is not None:  # acked unrun (cancelled, superseded): no success
                 outcome_log.skipped(delivery, outcome, outcome.skipped)
                 span.skipped(outcome.skipped)
                 span.end("success")

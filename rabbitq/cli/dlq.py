@@ -182,7 +182,7 @@ def replay(
         rabbitq dlq replay ledger --message-id 6f1c0e2a --unblock
     """
     filters = filters_from(kwargs)
-    tracing, _ = app_seams(app_spec)
+    tracing, *_ = app_seams(app_spec)
     label = f"replay {ops.resolve_dlq(queue)}"
     with view.ProgressView(label, enabled=not dry_run, plain=not as_json) as progress:
         tally = run_call(
@@ -322,7 +322,7 @@ def import_(
 @limit_option()
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation (needed without a TTY).")
 @click.option("--dry-run", is_flag=True, help="Count what would be deleted; delete nothing.")
-@app_option("Record deletions in its status store, delete their large payloads (docs/dlq.md).")
+@app_option("Record deletions in its status store, delete their large payloads, free keys.")
 @json_lines_option
 @url_option
 @tls_options
@@ -340,7 +340,6 @@ def purge(
     **kwargs: Any,
 ) -> None:
     """Delete dead messages for good: all of them, or only those the filters select.
-
     Asks first on a terminal; without one, --yes is required.
 
     Examples:
@@ -350,7 +349,7 @@ def purge(
         rabbitq dlq purge emails --reason invalid --until 7d --yes
     """
     filters = filters_from(kwargs)
-    tracing, released = app_seams(app_spec)
+    tracing, released, release = app_seams(app_spec)  # docs/dlq.md, docs/control.md
     dlq_queue = ops.resolve_dlq(queue)
     what = f"matching {filters.describe()}" if filters.active else "(no filter: ALL of them)"
     if not yes and not dry_run:
@@ -388,7 +387,7 @@ def purge(
                 limit=limit,
                 dry_run=dry_run,
                 on_progress=progress,
-                tracing=tracing, released=released,
+                tracing=tracing, released=released, release=release,
             ),
         )
     if not as_json and filters.active:

@@ -23,6 +23,7 @@ from ..payloads.steps import blobs_released
 from ..retry import DLQ_REASONS as REASONS
 from ..settings import TLS, resolve_url
 from ..tracing.base import Tracing
+from ..unique.release import KeyRelease, key_release
 from . import dlq_view as view
 from .common import F
 from .when import WHEN
@@ -189,10 +190,14 @@ def report_interruption(fn: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-def app_seams(app_spec: str | None) -> tuple[Tracing | None, Released | None]:
-    """What ``--app MODULE:APP`` gives a purge: the app's tracing (its status records)
-    and what it releases with the messages deleted (their large payloads)."""
+def app_seams(
+    app_spec: str | None,
+) -> tuple[Tracing | None, Released | None, KeyRelease | None]:
+    """What ``--app MODULE:APP`` gives a purge: the app's tracing (its status records),
+    what it releases with the messages deleted (their large payloads) and the release
+    of the unique and debounce keys they held (docs/control.md)."""
     app = load_app(app_spec) if app_spec else None
     if app is None:
-        return None, None
-    return app.tracing, blobs_released(app.large_payloads) if app.large_payloads else None
+        return None, None, None
+    blobs = blobs_released(app.large_payloads) if app.large_payloads else None
+    return app.tracing, blobs, key_release(app)

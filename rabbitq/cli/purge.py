@@ -1,5 +1,7 @@
 """``rabbitq purge MODULE:APP``: delete the ready messages of an app's main queue (as
-``celery purge`` does); its retry queues and its DLQ are left as they are."""
+``celery purge`` does); its retry queues and its DLQ are left as they are. An app with
+a key store (unique and debounced publishes, docs/control.md) has its messages taken
+one by one instead, so that the keys they hold are freed."""
 
 from __future__ import annotations
 
@@ -14,7 +16,10 @@ from .._amqp.topology import QueueDepth, queue_depths
 from ..errors import ConfigurationError
 from ..loader import load_app
 from ..settings import TLS
+from ..unique.release import KeyRelease, key_release, keys_of, release_all
 from .common import friendly_errors, tls_options, url_option
+
+MAX_READ = 1_000_000  # messages taken from one queue at most (a queue that never empties)
 
 
 async def _depths(connection: AbstractConnection, names: list[str]) -> list[QueueDepth]:
@@ -40,6 +45,28 @@ async def _purge(connection: AbstractConnection, names: list[str]) -> list[tuple
         return purged
     finally:
         await channel.close()
+
+
+async def _purge_freeing(
+    connection: AbstractConnection, names: list[str], release: KeyRelease
+) -> list[tuple[str, int]]:
+    """Take each queue's messages one by one until it is empty, acked, then free the
+    unique and debounce keys they held (once the channel's acks are in)."""
+    channel = await connection.channel(publisher_confirms=False)
+    purged, gone = [], []
+    try:
+        for name in names:
+            queue, count = await channel.get_queue(name, ensure=True), 0
+            while count < MAX_READ and (m := await queue.get(no_ack=False, fail=False)):
+                await m.ack()
+                count += 1
+                if any(keys_of(m.headers or {})):
+                    gone.append((dict(m.headers or {}), m.message_id or ""))
+            purged.append((name, count))
+    finally:
+        await channel.close()
+    await release_all(release, gone)
+    return purged
 
 
 @click.command("purge")
@@ -78,6 +105,9 @@ def purge(app_spec: str, yes: bool, dry_run: bool, url: str | None, tls: TLS | N
                 question = f"Delete the {total} message(s) waiting in {where} for good?"
                 if not await asyncio.to_thread(click.confirm, question):
                     raise click.Abort
+            release = key_release(app)
+            if release is not None:
+                return await _purge_freeing(connection, names, release)
             return await _purge(connection, names)
         finally:
             await connection.close()

@@ -28,6 +28,7 @@ from .._amqp.copy import Copy, replay_headers
 from .._amqp.copy import replay as replay_copy
 from ..errors import DlqError
 from ..tracing.base import NO_SEND, NO_TRACING, SendSpan, Tracing
+from ..unique.release import Release, keys_of, release_all
 from .message import DeadMessage, Filters, resolve_dlq
 from .mover import Mover, Pacer
 from .reader import LostConnection, interrupted, session, user_of
@@ -199,6 +200,7 @@ async def purge(
     on_progress: Progress | None = None,
     connection: AbstractConnection | None = None,
     tracing: Tracing | None = None,
+    release: Release | None = None,
     released: Released | None = None,
 ) -> Tally:
     """Delete the DLQ messages that match ``filters`` (all of them without filters), at
@@ -206,9 +208,12 @@ async def purge(
     what would go. ``tracing`` (e.g. the app's) is told of each message deleted (its
     status becomes ``purged`` with ``App(status=...)``). ``released`` is called once the
     deletions are settled, with the headers of every message deleted: what the app
-    keeps elsewhere for them goes too (a large payload's blob)."""
+    keeps elsewhere for them goes too (a large payload's blob); ``release`` (the app's
+    :func:`~rabbitq.unique.release.key_release`) frees the unique and debounce keys of
+    each (compare-and-delete, by its message id)."""
     tracing = tracing or NO_TRACING
     gone: list[Mapping[str, Any]] = []
+    keyed: list[tuple[dict[str, Any], str]] = []
     async with session(
         "purge",
         queue,
@@ -230,6 +235,8 @@ async def purge(
                 tracing.purged(queue=s.dlq, message_id=m.message_id or "")
                 if released is not None:
                     gone.append(m.headers)
+                if release is not None and any(keys_of(delivery.headers or {})):
+                    keyed.append((dict(delivery.headers or {}), m.message_id or ""))
             tally.done += 1
             if on_progress is not None:
                 on_progress(tally)
@@ -239,5 +246,7 @@ async def purge(
             await reader.settled()  # every ack has been processed
     if gone and released is not None:
         await released(gone)
+    if release is not None:
+        await release_all(release, keyed)
     await tracing.flush()
     return tally

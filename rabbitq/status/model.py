@@ -7,7 +7,9 @@ A record is written by whoever saw the event (the publisher, a worker, the DLQ t
 -> ``received`` ..., or ``purged``); ``requeued`` when a delivery went back to its queue
 unsettled (shutdown, an open circuit, a copy the broker did not confirm); ``cancelled``
 when ``app.cancel`` asked for it before it ran (written by the canceller, and by the
-worker that acked it unrun). Records are
+worker that acked it unrun); ``superseded`` (a debounced message a later publish
+replaced) and ``deduplicated`` (a publish refused for its held unique key) end a message
+too (docs/control.md). Records are
 best effort (see :mod:`rabbitq.status.writer`), so the fold never insists on an order
 of states: the current state is simply the latest record.
 """
@@ -31,12 +33,15 @@ REPLAYED = "replayed"
 PURGED = "purged"
 REQUEUED = "requeued"
 CANCELLED = "cancelled"
+DEDUPLICATED = "deduplicated"  # a publish not sent: its unique key was held (docs/control.md)
+SUPERSEDED = "superseded"  # a debounced message acked unrun: a later one of its key came
 STATES = (
     PUBLISHED, RECEIVED, STARTED, RETRYING, SUCCEEDED, DUPLICATE, DEAD_LETTERED, REPLAYED,
-    PURGED, REQUEUED, CANCELLED,
+    PURGED, REQUEUED, CANCELLED, DEDUPLICATED, SUPERSEDED,
 )  # fmt: skip
 # The states after which nothing more happens unless someone acts (a replay).
-FINAL = frozenset({SUCCEEDED, DUPLICATE, DEAD_LETTERED, PURGED, CANCELLED})
+FINAL = frozenset({SUCCEEDED, DUPLICATE, DEAD_LETTERED, PURGED, CANCELLED, DEDUPLICATED,
+                   SUPERSEDED})  # fmt: skip
 # Records with the same timestamp (one clock tick) are ordered as a message lives.
 _RANK = {state: i for i, state in enumerate(STATES)}
 _RANK[REQUEUED] = _RANK[RETRYING]

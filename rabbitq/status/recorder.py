@@ -14,6 +14,9 @@ record             from
 ``succeeded``      the handler returned (``duration`` in seconds); the ack follows
 ``duplicate``      its idempotency key was handled before: acked, not run
 ``cancelled``      ``app.cancel`` asked for it before it ran: acked, not run
+``superseded``     a later publish of its debounce key came: acked, not run
+``deduplicated``   a publish refused, its unique key held (``key``, ``first``: the id
+                   the publish returned); written under the refused publish's own id
 ``retrying``       the retry copy was confirmed (``error``, ``delay``, ``next_attempt``,
                    ``next_at``, ``deferred``)
 ``dead_lettered``  the DLQ copy was confirmed (``reason``, ``error``)

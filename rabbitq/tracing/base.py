@@ -56,7 +56,8 @@ class DeliverySpan:
         """The delivery's idempotency key was handled before: acked, not run."""
 
     def skipped(self, state: str) -> None:
-        """The delivery was acked without running, as ``state`` says (``cancelled``)."""
+        """The delivery was acked without running, as ``state`` says (``cancelled``,
+        ``superseded``)."""
 
     def end(self, outcome: str, error: str | None = None) -> None:
         """The delivery is settled: ``success``, ``retried``, ``dead_lettered``, ``requeued``."""

@@ -176,6 +176,7 @@ NOT_HEADERS = {
     "rabbitq-effects",  # the Redis client name of the idempotency store
     "rabbitq-status",  # the Redis client name of the status store
     "rabbitq-workflow",  # the Redis client name of the chord store
+    "rabbitq-keys",  # the Redis client name of the unique and debounce key store
     "rabbitq-dlq",  # the format name of a DLQ export file (docs/dlq.md)
     "rabbitq-handler",  # the name prefix of sync handler threads
     "rabbitq-demo",  # the demo's queue and exchange (docs/cli.md)

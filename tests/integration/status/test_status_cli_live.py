@@ -107,3 +107,30 @@ def test_a_retry_says_when_the_next_attempt_is_due_as_an_iso_time(service):
     assert shown.exit_code == 0, shown.output
     (line,) = [x for x in shown.output.splitlines() if "next_at" in x]
     assert line.endswith("delay=10s next_at=2026-11-27T14:10:10.720Z"), line
+
+
+def test_purge_with_app_frees_the_unique_keys_of_what_it_deletes(service, broker_url):
+    from rabbitq.unique.setup import key_store
+
+    app, spec = service
+    assert app.status_writer is not None
+    keys = key_store(app.status_writer.store)  # beside the status store: same Redis
+    assert keys is not None
+
+    async def take(key: str, message_id: str) -> str | None:
+        try:
+            return await keys.take(key, message_id, 3600)
+        finally:
+            await keys.close()
+
+    assert asyncio.run(take("capture:9", "gone-9")) is None
+    held = dead(app.queue, 9, message_id="gone-9")
+    held.headers["rabbitq-unique-key"] = "capture:9"
+    publish(broker_url, app.topology().dlq.name, [held, dead(app.queue, 10, message_id="x")])
+    assert asyncio.run(take("capture:9", "again")) == "gone-9"  # dead-lettered: held
+    purged = CliRunner().invoke(
+        main, ["dlq", "purge", app.queue, "--yes", "--app", spec, "--url", broker_url]
+    )
+    assert purged.exit_code == 0, purged.output
+    assert asyncio.run(take("capture:9", "again")) is None  # purged: freed
+    assert asyncio.run(take("capture:9", "third")) == "again"
