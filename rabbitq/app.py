@@ -13,7 +13,7 @@ from datetime import timedelta
 from types import EllipsisType
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ._amqp.outgoing import PublishStep
+from ._amqp.outgoing import PublishStep, add_step
 from ._amqp.partition_plan import plan_app
 from ._amqp.partitions import check_partitions, partition_queue
 from ._amqp.publisher import DEFAULT_TIMEOUT as DEFAULT_PUBLISH_TIMEOUT
@@ -22,6 +22,9 @@ from ._amqp.topology import DEFAULT_DELIVERY_LIMIT, DEFAULT_QUEUE_TYPE, QueueTyp
 from .backends.defaults import Backend, app_stores
 from .batch import DEFAULT_MAX_SIZE, DEFAULT_MAX_WAIT, BatchLimits
 from .breaker import Breaker
+from .crypto.keyring import Keyring
+from .crypto.results import read_result
+from .crypto.stages import install as encrypted
 from .errors import ConfigurationError
 from .handler import (
     DEFAULT_MAX_BODY_SIZE,
@@ -40,7 +43,7 @@ from .handler import (
     is_async_fn,
     wants_context,
 )
-from .job import Middleware, Stage, check_middleware
+from .job import Middleware, Stage, add_stage, check_middleware
 from .message import Message
 from .ratelimit.gate import RateBackend
 from .retry import RetryPolicy
@@ -53,7 +56,7 @@ from .status.model import MessageStatus
 from .status.recorder import StatusTracing
 from .status.writer import StatusWriter
 from .tracing.base import NO_TRACING, Tracing
-from .workflow.chords import read_result
+from .workflow.chords import chord_store
 
 if TYPE_CHECKING:
     from .effects.outbox import Outbox
@@ -99,6 +102,8 @@ class App:
     chords' too; an ``idempotency`` or ``status`` given as well wins for its kind.
     ``middleware``: the app's own stages, run for every decoded delivery before its
     handler, in the worker and in ``rabbitq.testing`` (docs/middleware.md).
+    ``encryption``: a :class:`~rabbitq.crypto.Keyring`; bodies and failure texts are
+    encrypted with its current key, read with any of its keys (docs/privacy.md).
     """
 
     def __init__(
@@ -122,6 +127,7 @@ class App:
         partitions: int = 0,
         middleware: Sequence[Middleware] = (),
         backend: Backend | None = None,
+        encryption: Keyring | None = None,
     ) -> None:
         if prefetch < 1:
             raise ConfigurationError(f"prefetch must be at least 1, not {prefetch}")
@@ -154,6 +160,11 @@ class App:
         # its decode), in their fixed order (amqp.outgoing.add_step, job.add_stage).
         self.publish_steps: tuple[PublishStep, ...] = ()
         self.delivery_stages: tuple[Stage, ...] = ()
+        self.encryption = encryption  # docs/privacy.md
+        if encryption is not None:
+            encrypt, decrypt = encrypted(encryption)
+            self.publish_steps = add_step(self.publish_steps, encrypt)
+            self.delivery_stages = add_stage(self.delivery_stages, decrypt)
         self.partitions = check_partitions(partitions)  # docs/ordering.md
         self.partition_index = 0  # of the view that partition()'s worker runs
         self.partition_base = queue  # partitions: <it>.p0, ...; its views keep it
@@ -351,7 +362,7 @@ class App:
     async def result(self, message_id: str) -> Any:
         """What ``message_id``'s handler returned (JSON), kept in the app's status store;
         None if nothing is kept (docs/workflows.md). ConfigurationError without one."""
-        return await read_result(self, self.status_writer, message_id)
+        return await read_result(self, message_id, chord_store)
 
     def resolved_url(self, override: str | None = None) -> str:
         """The URL to connect to: ``override``, else the app's, else ``$RABBITQ_URL``."""

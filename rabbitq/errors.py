@@ -209,6 +209,7 @@ EXTRAS: dict[str, str] = {
     "python_multipart": "console",
     "uvloop": "uvloop",
     "watchfiles": "reload",
+    "cryptography": "encryption",
 }
 """Top-level module name -> the extra that installs it."""
 

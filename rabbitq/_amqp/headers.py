@@ -34,6 +34,7 @@ REPLAYED = "rabbitq-replayed"
 UNBLOCK = "rabbitq-unblock"  # on a replayed copy: lift its ordered key's block (operator's)
 GROUP = "rabbitq-group"
 CALLBACK_OF = "rabbitq-callback-of"
+KEY_ID = "rabbitq-key-id"  # the key an encrypted body is under (docs/privacy.md)
 DEATHS = "rabbitq-deaths"
 """Where the message was dead-lettered by the broker, most recent first: a list of
 ``{queue, reason, count, time?}`` tables (at most :data:`MAX_DEATHS`)."""

@@ -29,6 +29,8 @@ from .._amqp.blocked import BlockedWatch
 from .._amqp.connection import connect
 from .._amqp.topology import Topology, declare
 from ..app import App
+from ..crypto.codec import cipher_of
+from ..crypto.results import sealed_chords
 from ..effects.followups import FollowUp
 from ..effects.sender import send_follow_ups
 from ..effects.store import close_stores
@@ -103,8 +105,8 @@ class Worker:
         self.topology: Topology = app.topology()
         self._handlers = app.handlers
         self._queue_name = app.queue
-        # where chord members are counted and results kept (App(status=...); workflow/)
-        self._chords = chord_store(app.status_writer.store) if app.status_writer else None
+        # chord members counted and results kept (App(status=...); workflow/, encrypted)
+        self._chords = sealed_chords(app, chord_store)
         self._executor = HandlerPool(
             sync_workers or self.prefetch,
             abandoned=functools.partial(report_abandoned, self.hooks, self._queue_name),
@@ -393,4 +395,6 @@ class Worker:
     async def _send_follow_ups(self, follow_ups: Sequence[FollowUp]) -> None:
         """Publish a succeeded handler's follow-ups, confirmed, before its ack."""
         assert (channel := self.keeper.copy_channel) is not None
-        await send_follow_ups(channel, self.app.exchange, follow_ups, self.hooks, self.app.tracing)
+        app = self.app
+        await send_follow_ups(channel, app.exchange, follow_ups, self.hooks, app.tracing,
+                              cipher=cipher_of(app))  # fmt: skip

@@ -16,7 +16,7 @@ from rich.console import Console
 
 from .. import dlq as ops
 from .._amqp.connection import connect_once
-from ..errors import DlqInterrupted
+from ..errors import DlqError, DlqInterrupted
 from ..retry import DLQ_REASONS as REASONS
 from ..settings import TLS, resolve_url
 from . import dlq_view as view
@@ -165,3 +165,45 @@ def report_interruption(fn: F) -> F:
             raise
 
     return wrapper  # type: ignore[return-value]
+
+
+def _cipher_of_app(_ctx: click.Context, _param: click.Parameter, spec: str | None) -> Any:
+    """``--app MODULE:APP``: that app's cipher (None: not given, or not encrypted)."""
+    if spec is None:
+        return None
+    from ..crypto.codec import cipher_of
+    from ..loader import load_app
+
+    return cipher_of(load_app(spec))
+
+
+key_option = click.option(
+    "--app",
+    "cipher",
+    metavar="MODULE:APP",
+    callback=_cipher_of_app,
+    help="Decrypt with this app's key ring (App(encryption=...)); without it an encrypted "
+    "body or error shows as 'encrypted (key K)'.",
+)
+"""``show``'s ``--app``: read an encrypted app's messages in clear (docs/privacy.md)."""
+
+
+def by_id_or_prefix(
+    messages: list[ops.DeadMessage], wanted: str, queue: str
+) -> list[ops.DeadMessage]:
+    """The messages whose id is ``wanted``, else those whose id starts with it if they
+    all share one id; an error that names the candidates if they do not (pure)."""
+    exact = [m for m in messages if m.message_id == wanted]
+    if exact:
+        return exact
+    matching = [m for m in messages if wanted and (m.message_id or "").startswith(wanted)]
+    ids = sorted({m.message_id or "" for m in matching})
+    if not ids:
+        raise DlqError(
+            f"no message with message_id {wanted!r} (or starting with it) in "
+            f"{ops.resolve_dlq(queue)!r} (see 'rabbitq dlq list {queue}')"
+        )
+    if len(ids) > 1:
+        shown = ", ".join(ids[:5]) + (f" and {len(ids) - 5} more" if len(ids) > 5 else "")
+        raise DlqError(f"{wanted!r} is ambiguous: {len(ids)} message ids start with it: {shown}")
+    return matching

@@ -10,6 +10,7 @@ from typing import Any
 from markupsafe import Markup
 
 from .._amqp import headers as h
+from ..crypto.view import shown_body
 from ..dlq.message import DeadMessage
 from ..dlq.text import body_text, escape, value_text
 from .history import Rates, Sample, rates
@@ -109,7 +110,7 @@ def x_death(headers: Mapping[str, Any]) -> list[dict[str, str]]:
 def message_sections(m: DeadMessage) -> dict[str, Any]:
     """The message page's content, every string escaped of control characters (the
     template escapes HTML)."""
-    kind, text = body_text(m.body)
+    kind, text = shown_body(m) or body_text(m.body)
     failure = [
         (k, value_text(v))
         for k, v in sorted(m.headers.items())
