@@ -168,13 +168,14 @@ def tally_text(t: Tally) -> str:
         "purge": "would delete" if t.dry_run else "deleted",
         "export": "exported",
         "import": "imported",
+        "rewrap": "moved under the current key",
     }.get(t.operation, "done")
     into = [q for q in t.into if q != t.queue]
     parts = [f"{done} {t.done}" + (f" into {', '.join(into)}" if into else "")]
     if t.operation != "import":
         parts.append(f"skipped {t.skipped} (not matching, left in {t.queue})")
     parts.append(f"failed {t.failed}")
-    if t.operation in ("replay", "import"):
+    if t.operation in ("replay", "import", "rewrap"):
         parts.append(f"possible duplicates {t.possible_duplicates}")
     text = f"{t.operation} {t.queue}: " + ", ".join(parts) + f" in {t.elapsed:.1f}s"
     for why, count in sorted(t.failures.items()):

@@ -97,8 +97,9 @@ class Decrypt:
         if key_id is not None:
             try:
                 job.body = self.cipher.open_body(key_id, job.body, message_id, job.type_name)
-            except Undecryptable as exc:
-                return job.dead_letter(UNDECRYPTABLE, str(exc))
+            except Undecryptable as exc:  # as it arrived, never retried: docs/privacy.md
+                dead: Outcome = job.dead_letter(UNDECRYPTABLE, str(exc))
+                return dead
         return seal_outcome(self.cipher, await call_next(job), message_id)
 
 
