@@ -10,6 +10,7 @@ from typing import Any
 from markupsafe import Markup
 
 from .._amqp import headers as h
+from ..crypto.codec import shown_text
 from ..crypto.view import shown_body
 from ..dlq.message import DeadMessage
 from ..dlq.text import body_text, escape, value_text
@@ -134,3 +135,9 @@ def message_sections(m: DeadMessage) -> dict[str, Any]:
         "traceback": escape(m.traceback, multiline=True) if m.traceback else None,
         "failed_at": when(m.failed_at),
     }
+
+
+def described(text: str | None) -> str | None:
+    """``text`` with its encrypted parts shown as ``encrypted (key K)`` (the DLQ page's
+    error column; the message page decrypts with the app's key ring)."""
+    return None if text is None else shown_text(text, "", None)
