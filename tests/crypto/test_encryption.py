@@ -172,3 +172,76 @@ def test_the_undecryptable_reason_is_listed():
 
     assert "undecryptable" in DLQ_REASONS
     assert h.KEY_ID == KEY_ID == "rabbitq-key-id"
+
+
+class _Results:
+    """An in-memory chord store's results."""
+
+    def __init__(self) -> None:
+        self.kept: dict[str, bytes] = {}
+
+    async def put_result(self, message_id: str, result: bytes) -> None:
+        self.kept[message_id] = result
+
+    async def result(self, message_id: str) -> object:
+        import orjson
+
+        return orjson.loads(self.kept[message_id]) if message_id in self.kept else None
+
+    async def results(self, group_id: str) -> list[tuple[int, str, object]]:
+        return [(i, mid, await self.result(mid)) for i, mid in enumerate(sorted(self.kept))]
+
+
+async def test_a_result_is_kept_encrypted_and_read_back_clear():
+    import orjson
+
+    from rabbitq.crypto.results import SealedChords
+
+    inner = _Results()
+    inner.kept["old"] = orjson.dumps({"card": "kept before encryption"})
+    store = SealedChords(inner, Cipher(Keyring({"k2": K2})))
+    await store.put_result("m1", orjson.dumps({"card": MARKER}))
+    assert MARKER.encode() not in inner.kept["m1"]
+    assert await store.result("m1") == {"card": MARKER}
+    assert await store.result("old") == {"card": "kept before encryption"}
+    assert [r for _, _, r in await store.results("g")][0] == {"card": MARKER}
+
+
+def _dead(cipher: Cipher, mid: str = "m1") -> object:
+    from rabbitq.dlq.message import DeadMessage
+
+    props = new_properties(Pay(card=MARKER), message_id=mid)
+    body = cipher.seal_properties(encode(Pay(card=MARKER)), props, "crypto.pay")
+    headers = {**(props.headers or {}), h.ERROR: seal_error(cipher, f"ValueError: {MARKER}", mid)}
+    return DeadMessage(
+        dlq="q.dlq", body=body, headers=headers,
+        properties={"message_id": mid, "type": "crypto.pay"},
+    )  # fmt: skip
+
+
+def test_rewrap_moves_body_and_error_under_the_current_key():
+    from rabbitq.crypto.rewrap import count_keys, rewrapped
+    from rabbitq.crypto.view import reveal
+
+    old = Cipher(Keyring({"k1": K1}))
+    m = _dead(old)
+    assert count_keys([m]) == {"k1": 1}  # type: ignore[list-item]
+    new = Cipher(Keyring({"k2": K2, "k1": K1}, current="k2"))
+    copy = rewrapped(m, new)  # type: ignore[arg-type]
+    assert copy is not None
+    headers = copy.properties.headers or {}
+    assert headers[KEY_ID] == "k2" and headers[h.ERROR].startswith("ValueError: enc:k2:")
+    only_new = Cipher(Keyring({"k2": K2}))
+    assert only_new.open_body("k2", copy.body, "m1", "crypto.pay") == encode(Pay(card=MARKER))
+    assert only_new.open_text(headers[h.ERROR], "m1") == f"ValueError: {MARKER}"
+    from rabbitq.dlq.message import DeadMessage
+
+    moved = DeadMessage(dlq="q.dlq", body=copy.body, headers=dict(headers),
+                        properties={"message_id": "m1", "type": "crypto.pay"})  # fmt: skip
+    assert rewrapped(moved, new) is None  # already current: left alone
+    shown = reveal(moved, only_new)
+    assert MARKER.encode() in shown.body and MARKER in (shown.error or "")
+    blind = reveal(moved, None)
+    assert blind.error == f"ValueError: {described('k2')}" and MARKER.encode() not in blind.body
+    with pytest.raises(Undecryptable):
+        rewrapped(m, Cipher(Keyring({"k2": K2})))  # type: ignore[arg-type]  # k1 retired too early
