@@ -78,6 +78,7 @@ EXCHANGE = os.environ.get("EXAMPLES_EXCHANGE", "examples")
 
 # DEVELOPMENT ONLY: a published key protects nothing. Production sets $PAYMENTS_KEYS.
 DEV_KEYS = "dev-2026=ZGV2ZWxvcG1lbnQtb25seS1rZXktcHVibGlzaGVkISE="
+KEYS = Keyring.from_env("PAYMENTS_KEYS", default=DEV_KEYS)  # both apps below use it
 
 CENT = Decimal("0.01")
 MAX_AMOUNT = Decimal("1000000.00")  # larger captures go through a reviewed flow
@@ -254,7 +255,7 @@ def create_app(
         queue_type="quorum",
         # One pooled connection per handler in flight: each holds one for its transaction.
         idempotency=PostgresStore(dsn, prefix=prefix, pool_size=16),
-        encryption=keys or Keyring.from_env("PAYMENTS_KEYS", default=DEV_KEYS),
+        encryption=keys or KEYS,
     )
     Outbox(dsn, app=app, prefix=prefix)  # payment.captured, sent by `rabbitq outbox relay`
     client: PaymentGateway = gateway if gateway is not None else SandboxGateway()
@@ -303,7 +304,8 @@ app = create_app()
 # A service that consumes the announcement: the relay publishes ``payment.captured``
 # mandatory, so until a queue is bound to it each outbox row waits (and the relay says
 # so). ``rabbitq worker examples.payment_service:receipts`` (or ``rabbitq topology``) binds it.
-receipts = App(queue="example-receipts", exchange=EXCHANGE, prefetch=16)
+# It reads the payment service's encrypted messages: it holds the same key ring.
+receipts = App(queue="example-receipts", exchange=EXCHANGE, prefetch=16, encryption=KEYS)
 
 
 @receipts.handler(PaymentCaptured)

@@ -29,6 +29,7 @@ CHANGELOG = ROOT / "CHANGELOG.md"
 # The sub-packages whose ``__all__`` is public; any other package or module is internal.
 PUBLIC_PACKAGES = (
     "backends",
+    "crypto",
     "dlq",
     "effects",
     "ladder",
