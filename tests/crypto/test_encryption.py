@@ -245,3 +245,36 @@ def test_rewrap_moves_body_and_error_under_the_current_key():
     assert blind.error == f"ValueError: {described('k2')}" and MARKER.encode() not in blind.body
     with pytest.raises(Undecryptable):
         rewrapped(m, Cipher(Keyring({"k2": K2})))  # type: ignore[arg-type]  # k1 retired too early
+
+
+async def test_a_scheduled_tick_is_published_encrypted():
+    from datetime import UTC, datetime
+
+    from rabbitq.schedule import plan
+    from rabbitq.schedule.tick import Send, commit
+
+    class Tx:
+        def __init__(self) -> None:
+            self.published: list[tuple[bytes, object]] = []
+
+        async def basic_publish(self, body, *, exchange, routing_key, properties):
+            self.published.append((body, properties))
+
+        async def basic_ack(self, *args, **kwargs):
+            pass
+
+        async def tx_commit(self, *args, **kwargs):
+            pass
+
+    cipher = Cipher(Keyring({"k2": K2}))
+    tx = Tx()
+    tick = datetime(2026, 1, 1, tzinfo=UTC)
+    await commit(
+        tx,  # type: ignore[arg-type]
+        exchange="x", progress_queue="q.progress",
+        sends=[Send(schedule="daily", tick=tick, index=0, message=Pay(card=MARKER))],
+        record=plan.Progress(ticks={"daily": tick}), acks=[], cipher=cipher,
+    )  # fmt: skip
+    body, props = tx.published[0]
+    assert MARKER.encode() not in body and props.headers[KEY_ID] == "k2"  # type: ignore[attr-defined]
+    assert MARKER.encode() in cipher.open_body("k2", body, props.message_id, "crypto.pay")  # type: ignore[attr-defined]
