@@ -18,13 +18,14 @@ import base64
 import binascii
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from pamqp.commands import Basic
 
 from .._amqp import headers as h
 from ..errors import ConfigurationError, RabbitqError, missing
+from ..workflow.wire import CHAIN, CHORD
 from .keyring import Keyring
 
 KEY_ID = h.KEY_ID
@@ -32,6 +33,9 @@ KEY_ID = h.KEY_ID
 
 CONTENT_TYPE = "application/vnd.rabbitq.encrypted"
 """An encrypted body's content type (a clear one is ``application/json``)."""
+
+SEALED_HEADERS = (CHAIN, CHORD)
+"""Headers that carry the bodies of other messages, encrypted like a body (as a text)."""
 
 _VERSION = b"\x01"
 _NONCE = 12
@@ -104,6 +108,24 @@ class Cipher:
     def seal_properties(self, body: bytes, props: Basic.Properties, type_name: str) -> bytes:
         """:func:`seal_properties` with this cipher."""
         return seal_properties(self, body, props, type_name)
+
+    def seal_headers(self, headers: dict[str, Any], message_id: str) -> None:
+        """Encrypt, in place, the headers that carry other messages' bodies
+        (:data:`SEALED_HEADERS`: a chain's later steps, a chord's callback)."""
+        for name in SEALED_HEADERS:
+            value = headers.get(name)
+            if isinstance(value, str) and not value.startswith("enc:"):
+                headers[name] = self.seal_text(value, message_id)
+
+    def open_headers(self, headers: Mapping[str, Any], message_id: str) -> dict[str, Any] | None:
+        """``headers`` with its encrypted :data:`SEALED_HEADERS` decrypted; None when it
+        has none; :class:`Undecryptable` when one cannot be."""
+        sealed = {
+            n: t for n in SEALED_HEADERS if (t := h.text_header(headers, n)) and t[:4] == "enc:"
+        }
+        if not sealed:
+            return None
+        return {**headers, **{n: self.open_text(t, message_id) for n, t in sealed.items()}}
 
     # -- texts ---------------------------------------------------------------------------
 
@@ -186,6 +208,7 @@ def seal_properties(cipher: Cipher, body: bytes, props: Basic.Properties, type_n
     if props.headers is None:
         props.headers = {}
     props.headers[KEY_ID] = key_id
+    cipher.seal_headers(props.headers, props.message_id)
     props.content_type = CONTENT_TYPE
     return sealed
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from .._amqp import headers as h
@@ -68,6 +69,19 @@ def seal_outcome(cipher: Cipher, outcome: Outcome, message_id: str) -> Outcome:
     )
 
 
+class Opened:
+    """A delivery as the stages after ``decrypt`` see it: its workflow headers in clear
+    (the worker's retry and DLQ copies are made from the delivery as it arrived)."""
+
+    __slots__ = ("delivery", "headers")
+
+    def __init__(self, delivery: Any, headers: Mapping[str, Any]) -> None:
+        self.delivery, self.headers = delivery, headers
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.delivery, name)
+
+
 class Encrypt:
     """The publish step ``encrypt``: the body encrypted under the current key."""
 
@@ -94,12 +108,15 @@ class Decrypt:
         # job: a rabbitq.job.Job (not imported: the job's package imports this one's users)
         key_id = h.text_header(job.headers, KEY_ID)
         message_id = job.message_id
-        if key_id is not None:
-            try:
+        try:
+            if key_id is not None:
                 job.body = self.cipher.open_body(key_id, job.body, message_id, job.type_name)
-            except Undecryptable as exc:  # as it arrived, never retried: docs/privacy.md
-                dead: Outcome = job.dead_letter(UNDECRYPTABLE, str(exc))
-                return dead
+            headers = self.cipher.open_headers(job.headers, message_id)
+        except Undecryptable as exc:  # as it arrived, never retried: docs/privacy.md
+            dead: Outcome = job.dead_letter(UNDECRYPTABLE, str(exc))
+            return dead
+        if headers is not None:  # the workflow stage reads a chain's steps in clear; the
+            job.delivery = Opened(job.delivery, headers)  # worker copies the original
         return seal_outcome(self.cipher, await call_next(job), message_id)
 
 

@@ -124,6 +124,7 @@ class Outbox:
         if cipher is not None:  # an encrypted app's rows hold ciphertext (docs/privacy.md)
             key_id, body = cipher.seal_body(body, mid, message.type_name())
             stored = {**(stored or {}), KEY_ID: key_id}
+            cipher.seal_headers(stored, mid)  # a chain's later steps, a chord's callback
         await conn.execute(
             self.sql.insert(),
             {

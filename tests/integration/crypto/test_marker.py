@@ -211,3 +211,31 @@ async def test_a_marker_is_read_only_with_the_key(
         await outbox.close()
         await store.close()
         await drop_tables(prefix)
+
+
+async def test_a_chain_s_later_steps_travel_encrypted(make_app, connection):
+    from rabbitq import chain
+
+    marker = f"MARK{uuid.uuid4().hex}"
+    app = make_app(encryption=Keyring({"k2": K2}))
+    receipts: list[str] = []
+
+    @app.handler(Pay)
+    async def pay(msg: Pay) -> None:
+        pass
+
+    @app.handler(Receipt)
+    async def receipt(msg: Receipt) -> None:
+        receipts.append(msg.card)
+
+    topology = app.topology()
+    async with running(Worker(app)):
+        pass  # declared
+    async with app.publisher() as pub:
+        await pub.publish(chain(Pay(card="first", kind="ok"), Receipt(card=marker)))
+    waiting = await _peek(connection, [topology.main.name])
+    assert len(waiting) == 1
+    _, body, headers = waiting[0]
+    assert "rabbitq-chain" in headers and marker.encode() not in body + _dump(headers)
+    async with running(Worker(app)):
+        await wait_for(lambda: receipts == [marker], timeout=30)
