@@ -154,3 +154,29 @@ async def test_rotating_through_three_keys_loses_nothing(make_app, broker_url):
         if outbox is not None:
             await outbox.close()
         await drop_tables(prefix)
+
+
+async def test_an_unknown_key_dead_letters_once_and_replays_once_the_key_is_added(
+    make_app, broker_url
+):
+    state = State()
+    writer = _register(make_app(encryption=Keyring({"k9": K3}), queue_type="classic"), state)
+    kwargs = {"queue": writer.queue, "exchange": writer.exchange, "queue_type": "classic"}
+    reader = _register(make_app(encryption=Keyring({"k1": K1}), **kwargs), state)
+    recorder = Recorder()
+    async with running(Worker(reader, hooks=recorder)):
+        ids = await _publish(writer, "plain", 20)
+        await wait_for(lambda: recorder.count("dead_lettered") == 20, timeout=60)
+    assert recorder.events == [("dead_lettered", "test.crypto.task", "undecryptable")] * 20
+    assert not state.handled  # never run, never retried
+    dead = await dlq.list_messages(reader.queue, url=broker_url)
+    assert sorted(m.message_id for m in dead) == sorted(ids)
+    assert {m.headers["rabbitq-key-id"] for m in dead} == {"k9"}  # intact, as published
+    # the key added to the ring: replayed, each handled once
+    fixed = _register(
+        make_app(encryption=Keyring({"k1": K1, "k9": K3}, current="k1"), **kwargs), state
+    )
+    async with running(Worker(fixed, hooks=recorder)):
+        assert (await dlq.replay(fixed.queue, url=broker_url)).done == 20
+        await wait_for(lambda: set(ids) <= set(state.handled), timeout=60)
+    assert all(state.handled[i] == 1 for i in ids)
