@@ -69,7 +69,7 @@ def list_(app_spec: str, as_json: bool, url: str | None, tls: TLS | None) -> Non
     _app, cipher, counts = _counts(app_spec, url, tls)
     ring = cipher.keyring
     if as_json:
-        click.echo(ops_json({"current": ring.current, "ring": list(ring.ids), "dlq": counts}))
+        click.echo(_json({"current": ring.current, "ring": list(ring.ids), "dlq": counts}))
         return
     click.echo(f"key ring: {', '.join(ring.ids)} (current {ring.current})")
     if not counts:
@@ -85,7 +85,7 @@ def _mark(key_id: str, ring: Keyring) -> str:
     return " (in the ring: 'rabbitq keys rewrap' moves them)" if ring.key(key_id) else " (unknown)"
 
 
-def ops_json(data: Any) -> str:
+def _json(data: Any) -> str:
     """One JSON line."""
     return orjson.dumps(data).decode()
 
@@ -102,7 +102,7 @@ def check(app_spec: str, as_json: bool, url: str | None, tls: TLS | None) -> Non
     _app, cipher, counts = _counts(app_spec, url, tls)
     old = {k: n for k, n in counts.items() if k not in (CLEAR, cipher.keyring.current)}
     if as_json:
-        click.echo(ops_json({"current": cipher.keyring.current, "other_keys": old}))
+        click.echo(_json({"current": cipher.keyring.current, "other_keys": old}))
     elif old:
         shown = ", ".join(f"{k}: {n}" for k, n in old.items())
         click.echo(f"DLQ messages under other keys than {cipher.keyring.current}: {shown}")

@@ -174,6 +174,11 @@ async def test_a_marker_is_read_only_with_the_key(
         assert marker not in listed.stdout and "encrypted (key k2)" in listed.stdout
         counted = await run_cli_async("keys", "list", spec, url=broker_url, env=env)
         assert "k2: 2 message(s) (current)" in counted.stdout, counted.stdout
+        checked = await run_cli_async("keys", "check", spec, url=broker_url, env=env)
+        assert checked.returncode == 0, checked.stdout  # nothing under another key
+        older = {**env, "CRYPTO_TEST_KEYS": f"k3={K1},k2={K2}"}  # k3 current now
+        checked = await run_cli_async("keys", "check", spec, url=broker_url, env=older)
+        assert checked.returncode == 1 and "k2: 2" in checked.stdout, checked.stdout
 
         # -- the console's views, with and without the key ---------------------------------
         dead_messages = await dlq.list_messages(app.queue, url=broker_url)
