@@ -14,6 +14,7 @@ validates itself (:func:`deaths`).
 
 from __future__ import annotations
 
+import re
 import traceback as _traceback
 from collections.abc import Mapping
 from datetime import UTC, datetime
@@ -41,6 +42,10 @@ DEATHS = "rabbitq-deaths"
 GROUP = "rabbitq-group"
 CALLBACK_OF = "rabbitq-callback-of"
 
+SEALED_TEXT = re.compile(r"enc:([A-Za-z0-9_.-]{1,32}):([A-Za-z0-9_-]+=*)")
+"""An encrypted text inside a header value (an encrypted app's error, traceback, chain:
+``enc:KEY_ID:BASE64URL``, written by :mod:`rabbitq.crypto.codec`)."""
+
 MAX_ERROR_BYTES = 1024
 MAX_TRACEBACK_BYTES = 8192
 MAX_DEATHS = 8
@@ -59,6 +64,11 @@ def truncate_utf8(text: str, limit: int, *, keep: str = "head") -> str:
     if keep == "tail":
         return "…" + raw[-budget:].decode("utf-8", "ignore")
     return raw[:budget].decode("utf-8", "ignore") + "…"
+
+
+def described(text: str) -> str:
+    """``text`` with each encrypted part shown as ``encrypted (key K)`` (pure)."""
+    return SEALED_TEXT.sub(lambda m: f"encrypted (key {m[1]})", text)
 
 
 def format_error(exc: BaseException) -> str:

@@ -40,9 +40,9 @@ from typing import Any
 from aio_pika.abc import AbstractChannel
 from pamqp.commands import Basic
 
+from .._amqp import headers as h
 from .._amqp.confirm import send_confirmed
 from .._amqp.topology import Topology
-from ..crypto.codec import shown_text
 from ..crypto.stages import EncryptedFailure
 from ..errors import PublishInterrupted, PublishNacked, RetryLater, Unroutable
 from ..hooks import UNKNOWN, UNROUTABLE_COPY, Hooks
@@ -204,7 +204,7 @@ def report_copied(
 def _shown_error(error: str | None) -> str | None:
     """An encrypted app's error as the log shows it: ``ValueError: encrypted (key k2)``
     (its text only at DEBUG, where the exception itself is logged)."""
-    return shown_text(error, "", None) if error is not None and "enc:" in error else error
+    return h.described(error) if error is not None and "enc:" in error else error
 
 
 def _took(outcome: Outcome) -> str:

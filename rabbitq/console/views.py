@@ -10,7 +10,6 @@ from typing import Any
 from markupsafe import Markup
 
 from .._amqp import headers as h
-from ..crypto.codec import shown_text
 from ..crypto.view import shown_body
 from ..dlq.message import DeadMessage
 from ..dlq.text import body_text, escape, value_text
@@ -140,4 +139,4 @@ def message_sections(m: DeadMessage) -> dict[str, Any]:
 def described(text: str | None) -> str | None:
     """``text`` with its encrypted parts shown as ``encrypted (key K)`` (the DLQ page's
     error column; the message page decrypts with the app's key ring)."""
-    return None if text is None else shown_text(text, "", None)
+    return None if text is None else h.described(text)

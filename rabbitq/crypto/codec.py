@@ -40,7 +40,7 @@ SEALED_HEADERS = (CHAIN, CHORD)
 _VERSION = b"\x01"
 _NONCE = 12
 _TAG = 16
-_TOKEN = re.compile(r"enc:([A-Za-z0-9_.-]{1,32}):([A-Za-z0-9_-]+=*)")
+_TOKEN = h.SEALED_TEXT
 
 
 class Undecryptable(RabbitqError):

@@ -278,3 +278,13 @@ async def test_a_scheduled_tick_is_published_encrypted():
     body, props = tx.published[0]
     assert MARKER.encode() not in body and props.headers[KEY_ID] == "k2"  # type: ignore[attr-defined]
     assert MARKER.encode() in cipher.open_body("k2", body, props.message_id, "crypto.pay")  # type: ignore[attr-defined]
+
+
+def test_grep_reads_an_encrypted_error_as_its_type_and_key_never_its_bytes():
+    from rabbitq.dlq.message import Filters
+
+    m = _dead(Cipher(Keyring({"k2": K2})))
+    token = m.error.split("enc:k2:")[1]  # type: ignore[attr-defined]
+    assert Filters.build(grep="ValueError: encrypted \\(key k2\\)").matches(m)  # type: ignore[arg-type]
+    assert not Filters.build(grep=token[:8]).matches(m)  # type: ignore[arg-type]
+    assert not Filters.build(grep=MARKER).matches(m)  # type: ignore[arg-type]
