@@ -7,8 +7,11 @@ accounts run concurrently, and over 4 partitions across workers
 (``App(partitions=4)``: the consistent-hash exchange, one active worker per partition;
 see docs/ordering.md). A withdrawal the balance does not cover is dead-lettered and
 *blocks* its account (``on_dead="block"``): later entries of it go to the DLQ behind
-it until an operator has looked (replaying the DLQ unblocks it and applies them in
-order). A deposit that fails for good skips (the default): later entries go on.
+it until an operator has looked (replaying the DLQ runs the withdrawal first: if it
+succeeds it unblocks the account and the others follow in order; if it fails again the
+others go back to the DLQ behind it, unless the operator replays them with
+``rabbitq dlq replay --unblock``). A deposit that fails for good skips (the default):
+later entries go on.
 
 Run a worker from the repository root (it declares ``example-ledger.p0`` .. ``p3``,
 their stand-by retry queues, ``example-ledger.dlq`` and the consistent-hash exchange

@@ -7,6 +7,7 @@ with the reason attached. See the README for the guarantees and a tutorial.
 from importlib.metadata import PackageNotFoundError, version
 
 from ._amqp.publisher import Publisher
+from ._amqp.sync_publisher import SyncPublisher
 from ._ops.endpoints import serve_metrics
 from ._ops.metrics import Metrics
 from ._worker.lifecycle import Worker
@@ -34,6 +35,7 @@ from .errors import (
     RetryLater,
     TopologyMismatch,
     Unroutable,
+    WorkflowIdInUse,
 )
 from .handler import Handler
 from .hooks import Hooks
@@ -82,10 +84,12 @@ __all__ = [
     "RabbitqError",
     "RetryLater",
     "RetryPolicy",
+    "SyncPublisher",
     "TLS",
     "TopologyMismatch",
     "Unroutable",
     "Worker",
+    "WorkflowIdInUse",
     "__version__",
     "chain",
     "chord",

@@ -18,13 +18,12 @@ from ._amqp.partition_plan import plan_app
 from ._amqp.partitions import check_partitions, partition_queue
 from ._amqp.publisher import DEFAULT_TIMEOUT as DEFAULT_PUBLISH_TIMEOUT
 from ._amqp.publisher import Publisher
+from ._amqp.sync_publisher import for_sync_code
 from ._amqp.topology import DEFAULT_DELIVERY_LIMIT, DEFAULT_QUEUE_TYPE, QueueType, Topology
 from .backends.defaults import Backend, app_stores
 from .batch import DEFAULT_MAX_SIZE, DEFAULT_MAX_WAIT, BatchLimits
 from .breaker import Breaker
-from .crypto.keyring import Keyring
-from .crypto.results import read_result
-from .crypto.stages import install as encrypted
+from .crypto import Keyring, encrypted, read_result
 from .errors import ConfigurationError
 from .handler import (
     DEFAULT_MAX_BODY_SIZE,
@@ -45,6 +44,8 @@ from .handler import (
 )
 from .job import Middleware, Stage, add_stage, check_middleware
 from .message import Message
+from .payloads.steps import Fetch, Offload
+from .payloads.store import BlobStore
 from .ratelimit.gate import RateBackend
 from .retry import RetryPolicy
 from .schedule.spec import DEFAULT_CATCH_UP, CatchUp, Schedules
@@ -56,7 +57,6 @@ from .status.model import MessageStatus
 from .status.recorder import StatusTracing
 from .status.writer import StatusWriter
 from .tracing.base import NO_TRACING, Tracing
-from .workflow.chords import chord_store
 
 if TYPE_CHECKING:
     from .effects.outbox import Outbox
@@ -104,6 +104,8 @@ class App:
     handler, in the worker and in ``rabbitq.testing`` (docs/middleware.md).
     ``encryption``: a :class:`~rabbitq.crypto.Keyring`; bodies and failure texts are
     encrypted with its current key, read with any of its keys (docs/privacy.md).
+    ``large_payloads`` (a :class:`~rabbitq.payloads.PostgresBlobs` or ``S3Blobs``) keeps
+    bodies above its ``above`` size out of the broker (docs/payloads.md).
     """
 
     def __init__(
@@ -128,6 +130,7 @@ class App:
         middleware: Sequence[Middleware] = (),
         backend: Backend | None = None,
         encryption: Keyring | None = None,
+        large_payloads: BlobStore | None = None,
     ) -> None:
         if prefetch < 1:
             raise ConfigurationError(f"prefetch must be at least 1, not {prefetch}")
@@ -162,9 +165,11 @@ class App:
         self.delivery_stages: tuple[Stage, ...] = ()
         self.encryption = encryption  # docs/privacy.md
         if encryption is not None:
-            encrypt, decrypt = encrypted(encryption)
-            self.publish_steps = add_step(self.publish_steps, encrypt)
-            self.delivery_stages = add_stage(self.delivery_stages, decrypt)
+            self.publish_steps, self.delivery_stages = encrypted(self, encryption)
+        self.large_payloads = large_payloads  # docs/payloads.md
+        if large_payloads is not None:
+            self.publish_steps = add_step(self.publish_steps, Offload(large_payloads))
+            self.delivery_stages = add_stage(self.delivery_stages, Fetch(large_payloads))
         self.partitions = check_partitions(partitions)  # docs/ordering.md
         self.partition_index = 0  # of the view that partition()'s worker runs
         self.partition_base = queue  # partitions: <it>.p0, ...; its views keep it
@@ -213,9 +218,8 @@ class App:
         for their turn without using a handler slot, and are never retried or
         dead-lettered for it (see docs/providers.md).
 
-        ``idempotency`` overrides the app's
-        store (None: none); ``key`` maps the message to its idempotency key (default:
-        ``ctx.message_id``), e.g. ``key=lambda m: m.payment_id``.
+        ``idempotency`` overrides the app's store (None: none); ``key`` maps the message to
+        its idempotency key (default: ``ctx.message_id``), e.g. ``lambda m: m.payment_id``.
 
         ``ordered_by=lambda m: m.account_id``: messages with the same key run one at a
         time, in delivery order, a failed one retried in the worker before the next
@@ -290,8 +294,7 @@ class App:
         attempt count) or returns a :class:`~rabbitq.BatchResult` (those it names failed,
         the rest succeeded). ``timeout`` is per batch; with an ``idempotency`` store,
         messages whose ``key`` is done or repeated in the batch are acked as duplicates
-        before the call. ``max_size`` must fit in the app's prefetch.
-        """
+        before the call. ``max_size`` must fit in the app's prefetch."""
         register: Callable[[HandlerFn], HandlerFn] = self.handler(
             model,
             retry=retry,
@@ -362,7 +365,7 @@ class App:
     async def result(self, message_id: str) -> Any:
         """What ``message_id``'s handler returned (JSON), kept in the app's status store;
         None if nothing is kept (docs/workflows.md). ConfigurationError without one."""
-        return await read_result(self, message_id, chord_store)
+        return await read_result(self, message_id)
 
     def resolved_url(self, override: str | None = None) -> str:
         """The URL to connect to: ``override``, else the app's, else ``$RABBITQ_URL``."""
@@ -377,16 +380,12 @@ class App:
         retry_for: float | None = None,
         timeout: float = DEFAULT_PUBLISH_TIMEOUT,
     ) -> Publisher:
-        """An async context manager that publishes with confirms::
-
-        async with app.publisher() as pub:
-            await pub.publish(SendEmail(...))
-
+        """An async context manager that publishes with confirms:
+        ``async with app.publisher() as pub: await pub.publish(SendEmail(...))``.
         ``hooks`` observe each publish (a :class:`~rabbitq.Metrics` counts them).
         ``retry_for=S`` keeps retrying for up to S seconds while the broker is
         unreachable (see :class:`~rabbitq.Publisher`); by default a publish fails at once.
-        ``timeout`` bounds the wait for one confirm (a blocked broker; default 60 s).
-        """
+        ``timeout`` bounds the wait for one confirm (a blocked broker; default 60 s)."""
         return Publisher(
             self,
             url=self.resolved_url(url),
@@ -395,3 +394,7 @@ class App:
             retry_for=retry_for,
             timeout=timeout,
         )
+
+    sync_publisher = for_sync_code(publisher)
+    """:meth:`publisher`'s options, for synchronous code: a :class:`~rabbitq.SyncPublisher`,
+    one per process for all its threads; its ``publish`` blocks until confirmed."""

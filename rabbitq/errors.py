@@ -10,6 +10,7 @@ Faults, raised by rabbitq::
 
     RabbitqError
     ├── ConfigurationError    the app is set up wrongly (duplicate type, bad policy, ...)
+    │   └── WorkflowIdInUse   a workflow id already names a different chain, group or chord
     ├── DelayError            a delay= or at= the delay ladder cannot hold (a ValueError too)
     ├── AppLoadError          MODULE:APP cannot be imported or is not an App
     ├── BrokerUnavailable     the broker cannot be reached or the connection is closed
@@ -82,6 +83,11 @@ class RabbitqError(Exception):
 
 class ConfigurationError(RabbitqError):
     """The application is configured in a way that cannot work."""
+
+
+class WorkflowIdInUse(ConfigurationError):
+    """A chain, group or chord was published under an id that already names a different
+    one (its members would share message ids with the first's: nothing of it is sent)."""
 
 
 class DelayError(RabbitqError, ValueError):
@@ -210,6 +216,7 @@ EXTRAS: dict[str, str] = {
     "uvloop": "uvloop",
     "watchfiles": "reload",
     "cryptography": "encryption",
+    "boto3": "s3",
 }
 """Top-level module name -> the extra that installs it."""
 

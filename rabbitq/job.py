@@ -218,12 +218,12 @@ Next = Callable[[Job], Awaitable[Outcome]]
 Stage = Callable[[Job, Next], Awaitable[Outcome]]
 """One step of a delivery: ``async (job, call_next) -> Outcome``."""
 
-DELIVERY_ORDER = ("cancelled", "superseded", "fetch", "decrypt")
+DELIVERY_ORDER = ("fetch", "cancelled", "superseded", "decrypt")
 """The stages an app's capabilities add before the decode stage (``App.delivery_stages``),
-by their ``name``, in the order they run: a cancelled message acked unrun, a debounced
-one superseded by a later publish acked unrun, the large payload fetched from its blob
-store, the body decrypted; the reverse of the publisher's steps
-(:data:`rabbitq._amqp.outgoing.STEP_ORDER`)."""
+by their ``name``, in the order they run: the large payload fetched from its blob store
+(first, so that it sees every ack, a cancelled message's too, and deletes the blob), a
+cancelled message acked unrun, a debounced one superseded by a later publish acked
+unrun, the body decrypted."""
 
 
 def add_stage(stages: Sequence[Stage], stage: Stage) -> tuple[Stage, ...]:

@@ -79,12 +79,18 @@ async def connect(
 
 
 async def connect_once(
-    url: str, *, name: str, timeout: float = 10.0, tls: TLS | None = None
+    url: str,
+    *,
+    name: str,
+    timeout: float = 10.0,
+    tls: TLS | None = None,
+    heartbeat: int = HEARTBEAT,
 ) -> AbstractConnection:
     """A connection that does not reconnect, for work that must stop (not resume unseen)
-    when the connection drops, such as moving messages out of a DLQ."""
+    when the connection drops, such as moving messages out of a DLQ. ``heartbeat``
+    (seconds) unless the URL's ``?heartbeat=`` says otherwise."""
     with _actionable_errors(url):
-        options = _options(url, tls)
+        options = _options(url, tls, heartbeat)
         connection: AbstractConnection = await failover.connect_first(
             failover.connection_order(broker_urls(url)),
             lambda one: aio_pika.connect(
@@ -94,13 +100,13 @@ async def connect_once(
     return connection
 
 
-def _options(url: str, tls: TLS | None) -> dict[str, Any]:
+def _options(url: str, tls: TLS | None, heartbeat: int = HEARTBEAT) -> dict[str, Any]:
     """Connection options both kinds share: TLS, and the heartbeat unless the URL sets it."""
     wire.install()  # a malformed frame must not drop the connection (see rabbitq._amqp.wire)
     refusal.install()  # a refused vhost says so (see rabbitq._amqp.refusal)
     options: dict[str, Any] = {"ssl_context": ssl_context_for(url, resolve_tls(tls))}
     if "heartbeat" not in urlsplit(url).query:
-        options["heartbeat"] = HEARTBEAT
+        options["heartbeat"] = heartbeat
     return options
 
 

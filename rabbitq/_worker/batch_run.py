@@ -12,8 +12,9 @@ is for one message:
 4. the messages it succeeded on are marked done, those it failed on released, and only
    then are the outcomes handed back, to be settled (acked, or copied then acked).
 
-A worker killed between the handler's return and the done marks leaves the keys leased:
-the redelivered messages wait for the lease, then run again (the batch's effects outside
+A worker killed between the handler's return and the done marks leaves the keys claimed:
+the redelivered messages wait until the claims lapse (their heartbeat stopped with the
+worker: :mod:`rabbitq.effects.heartbeat`), then run again (the batch's effects outside
 the store can repeat, as a single handler's can). Killed after the marks, before the
 acks: the redelivered messages are duplicates, acked without running.
 """
@@ -32,6 +33,7 @@ from .._amqp.properties import message_id_of
 from ..batch import BatchContext, BatchItemFailed
 from ..context import Context
 from ..effects.guard import busy_decision, claim_waiting, key_of
+from ..effects.heartbeat import held
 from ..effects.store import BUSY, DONE, Claim, IdempotencyStore, lease_for
 from ..errors import HandlerTimeout
 from ..handler import Handler
@@ -203,7 +205,8 @@ async def run_batch(
                 keys=tuple(str(keys[i]) for i in called),
             )
             try:
-                answer = await _call(handler, messages, ctx)
+                async with held(list(run.claims.values())):  # LeaseLost if one may lapse
+                    answer = await _call(handler, messages, ctx)
                 failures = failures_of(answer, messages, getattr(handler.fn, "__qualname__", "?"))
             except Exception as exc:  # the whole batch failed
                 failures = dict.fromkeys(range(len(called)), exc)

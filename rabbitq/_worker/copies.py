@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 from aio_pika.abc import AbstractChannel
@@ -73,7 +73,8 @@ class CopyStore:
     ``channel()`` is the confirming channel to publish on; ``redeclare(reason)`` declares
     the app's topology again; ``consumer`` is paused while any copy is held, and tells
     when the worker stops (a held copy then gives up, and its original goes back to the
-    queue).
+    queue). ``arguments``: the app's queues and the arguments they are declared with (to
+    word a refusal by what is known, :func:`nack_reason`).
     """
 
     def __init__(
@@ -87,9 +88,11 @@ class CopyStore:
         renew: Callable[[], Awaitable[None]],
         hooks: Hooks,
         deadline: float = COPY_DEADLINE,
+        arguments: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> None:
         self.queue = queue
         self.own_queues = frozenset(own_queues)
+        self.arguments = dict(arguments or {})  # own queues' declared arguments
         self._channel = channel
         self._redeclare = redeclare
         self._consumer = consumer
@@ -124,7 +127,7 @@ class CopyStore:
                         continue
                     reason = f"{exchange or target} does not exist, even after declaring it again"
                 except PublishNacked:
-                    reason = f"{target} refused the copy (full: its length limit)"
+                    reason = nack_reason(exchange or target, self.arguments.get(exchange or target))
                 except TimeoutError:
                     reason = (
                         f"no confirm for the copy to {target} within {self.deadline:g}s "
@@ -229,6 +232,33 @@ def _shown_type(outcome: Outcome, delivery: Incoming, queue: str) -> str:
     if outcome.type_name != UNKNOWN:
         return outcome.type_name
     return resolve_type(delivery, queue)[:200] or UNKNOWN
+
+
+LENGTH_LIMITS = ("x-max-length", "x-max-length-bytes")
+
+
+def nack_reason(target: str, arguments: Mapping[str, Any] | None) -> str:
+    """Why the broker nacked a copy to ``target``, in words, by what is known of it
+    (pure): ``arguments`` are its declared ones (None: not a queue of the app's own).
+    A nack means the broker did not store the message: a queue full under its length
+    limit (``x-overflow: reject-publish``), or a quorum queue without a reachable
+    leader (a partition), among others; only a declared limit makes it "full"."""
+    if arguments is None:
+        return (
+            f"the broker did not store the copy to {target} (a nack: full if it has a "
+            "length limit, else no quorum leader reachable?)"
+        )
+    if any(key in arguments for key in LENGTH_LIMITS):
+        return f"{target} refused the copy (full: its length limit)"
+    return (
+        f"the broker did not store the copy to {target} (a nack; it is declared without "
+        "a length limit: no quorum leader reachable? or a max-length policy)"
+    )
+
+
+def own_arguments(topology: Topology) -> dict[str, Mapping[str, Any]]:
+    """The app's queues and the arguments each is declared with (pure)."""
+    return {q.name: q.arguments for q in topology.queues}
 
 
 def own_targets(topology: Topology) -> list[str]:

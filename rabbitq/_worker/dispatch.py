@@ -62,10 +62,22 @@ def attempt_of(delivery: Delivery) -> int:
     return parse_attempt((delivery.headers or {}).get(h.ATTEMPT))
 
 
+def routed_as_another(delivery: Delivery, handlers: Mapping[str, Handler]) -> bool:
+    """Whether ``delivery`` came in by this queue's binding for one type but names
+    another in its ``type`` property (pure): its routing key is a type the queue handles
+    (so bound for), and not its own. Such a message is not handled as either: the
+    binding let in the routing key's type, and the body claims another (a producer whose
+    topic permissions allow the one key could otherwise reach the other's handler)."""
+    routed, claimed = delivery.routing_key, delivery.type
+    return bool(claimed and routed and routed != claimed and routed in handlers)
+
+
 def new_job(handlers: Mapping[str, Handler], queue: str, delivery: Delivery) -> Job:
-    """The :class:`Job` of ``delivery``: its type resolved and its attempt read, once."""
+    """The :class:`Job` of ``delivery``: its type resolved and its attempt read, once.
+    A delivery :func:`routed_as_another` type has no handler (``unknown-type``)."""
     type_name = resolve_type(delivery, queue)
-    return Job(delivery, queue, type_name, attempt_of(delivery), handlers.get(type_name))
+    handler = None if routed_as_another(delivery, handlers) else handlers.get(type_name)
+    return Job(delivery, queue, type_name, attempt_of(delivery), handler)
 
 
 class _Link:
@@ -109,6 +121,14 @@ def _undecodable(job: Job) -> Outcome | None:
     handler = job.handler
     if handler is None:
         error = f"UnknownType: no handler for type {job.type_name!r} on queue {job.queue!r}"
+        routed = job.delivery.routing_key
+        if job.delivery.type and routed and routed != job.delivery.type:
+            exchange = job.delivery.exchange
+            if exchange and not exchange.startswith("rabbitq.delay."):
+                error += (
+                    f" routed by key {routed!r} (a message is handled only as the type "
+                    "its routing key names)"
+                )
         return Outcome(
             DeadLetter(UNKNOWN_TYPE),
             UNKNOWN,

@@ -40,7 +40,6 @@ from ..job import Job, Next
 from ..outcome import REQUEUE, Outcome
 from ..settings import TLS, Settings, redact_url
 from ..tracing.base import NO_DELIVERY
-from ..workflow.chords import chord_store
 from . import consumer_args
 from .acks import Acker
 from .admission import Admission
@@ -48,7 +47,7 @@ from .batching import Batcher
 from .breaker_guard import BreakerGuard
 from .consumer import BROKER_BLOCKED, CLOSE_TIMEOUT, NOT_CONSUMING, STOPPING, Consumer
 from .consumer_timeout import on_channel_closed
-from .copies import CopyStore, own_targets
+from .copies import CopyStore, own_arguments, own_targets
 from .delivery import Incoming
 from .dispatch import new_job, resolve_type
 from .handler_pool import HandlerPool, report_abandoned, report_returned
@@ -106,7 +105,7 @@ class Worker:
         self._handlers = app.handlers
         self._queue_name = app.queue
         # chord members counted and results kept (App(status=...); workflow/, encrypted)
-        self._chords = sealed_chords(app, chord_store)
+        self._chords = sealed_chords(app)
         self._executor = HandlerPool(
             sync_workers or self.prefetch,
             abandoned=functools.partial(report_abandoned, self.hooks, self._queue_name),
@@ -129,6 +128,7 @@ class Worker:
             consumer=self.consumer,
             renew=self.keeper.renew_copy_channel,
             hooks=self.hooks,
+            arguments=own_arguments(self.topology),
         )
         self._settler = Settler(self._queue_name, self.topology, self._copies, self.hooks)
         # ordered_by handlers: one message of a key at a time, retries held (docs/ordering.md)

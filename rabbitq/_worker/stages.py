@@ -7,9 +7,9 @@ In the worker (:func:`for_worker`)::
     running     the in-handler count and hooks   worker/lifecycle.py     always
     breaker     an open circuit requeues         worker/breaker_guard.py handlers with a breaker
     ordering    one message of a key at a time   worker/ordering.py      ordered handlers
-    cancelled   a cancelled message, acked       App(...) capabilities   as the app uses
-    superseded  a debounced one, acked           App.delivery_stages     them, in
-    fetch       a large payload's blob           (job.DELIVERY_ORDER)    this order
+    fetch       a large payload's blob           App(...) capabilities   as the app uses
+    cancelled   a cancelled message, acked       App.delivery_stages     them, in
+    superseded  a debounced one, acked           (job.DELIVERY_ORDER)    this order
     decrypt     an encrypted body
     workflow    chains and chords                workflow/steps.py       always (cheap)
     decode      unknown type, invalid body       worker/dispatch.py      always
@@ -17,7 +17,7 @@ In the worker (:func:`for_worker`)::
     batch       waits for its batch              worker/batching.py      batch handlers
     attempt     once per key, the handler        worker/dispatch.py      always (the last)
 
-``rabbitq.testing`` runs :func:`for_testing`: the same list from ``cancelled`` on, without
+``rabbitq.testing`` runs :func:`for_testing`: the same list from ``fetch`` on, without
 a broker (a batch handler's message runs as a batch of one).
 
 A stage may also take part in the worker's lifecycle, by having any of:

@@ -13,6 +13,7 @@ from .._ops import logs
 
 # Modules, not their commands: ``rabbitq.cli.dlq`` stays the module (tests patch it).
 from . import (
+    blobs,
     demo,
     dlq,
     doctor,
@@ -62,5 +63,6 @@ main.add_command(status.status)
 main.add_command(keys.keys)
 main.add_command(console)
 main.add_command(version.version)
+main.add_command(blobs.blobs)
 main.add_command(schedule.scheduler)
 main.add_command(schedule.schedule)

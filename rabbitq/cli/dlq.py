@@ -14,11 +14,12 @@ import click
 
 from .. import dlq as ops
 from ..crypto.view import reveal
-from ..loader import load_app
 from ..settings import TLS
 from . import dlq_view as view
 from .common import friendly_errors, tls_options, url_option
 from .dlq_options import (
+    app_option,
+    app_seams,
     by_id_or_prefix,
     filter_options,
     filters_from,
@@ -29,6 +30,7 @@ from .dlq_options import (
     plain_console,
     report_interruption,
     run_call,
+    unblock_option,
 )
 
 
@@ -124,15 +126,11 @@ def show(queue: str, message_id: str, cipher: Any, as_json: bool, url: str | Non
 @limit_option()
 @click.option("--to", metavar="QUEUE", help="Send to this queue instead of rabbitq-queue.")
 @click.option("--dry-run", is_flag=True, help="Show what would move; move nothing.")
+@unblock_option
 @click.option(
     "--rate", type=click.FloatRange(min=0, min_open=True), help="At most N messages per second."
 )
-@click.option(
-    "--app",
-    "app_spec",
-    metavar="MODULE:APP",
-    help="Trace each replay with this app's tracing and status (App(tracing=, status=)).",
-)
+@app_option("Trace each replay with this app's tracing and status (App(tracing=, status=)).")
 @json_lines_option
 @url_option
 @tls_options
@@ -143,6 +141,7 @@ def replay(
     limit: int | None,
     to: str | None,
     dry_run: bool,
+    unblock: bool,
     rate: float | None,
     app_spec: str | None,
     as_json: bool,
@@ -163,9 +162,10 @@ def replay(
     \b
         rabbitq dlq replay emails --type email.send --since 1h --dry-run
         rabbitq dlq replay emails --type email.send --since 1h --rate 50
+        rabbitq dlq replay ledger --message-id 6f1c0e2a --unblock
     """
     filters = filters_from(kwargs)
-    tracing = load_app(app_spec).tracing if app_spec else None
+    tracing, _ = app_seams(app_spec)
     label = f"replay {ops.resolve_dlq(queue)}"
     with view.ProgressView(label, enabled=not dry_run, plain=not as_json) as progress:
         tally = run_call(
@@ -182,6 +182,7 @@ def replay(
                 rate=rate,
                 on_progress=progress,
                 tracing=tracing,
+                unblock=unblock,
             ),
         )
     if dry_run:
@@ -304,12 +305,7 @@ def import_(
 @limit_option()
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation (needed without a TTY).")
 @click.option("--dry-run", is_flag=True, help="Count what would be deleted; delete nothing.")
-@click.option(
-    "--app",
-    "app_spec",
-    metavar="MODULE:APP",
-    help="Record each deletion in this app's status store (App(status=...)).",
-)
+@app_option("Record deletions in its status store, delete their large payloads (docs/dlq.md).")
 @json_lines_option
 @url_option
 @tls_options
@@ -337,7 +333,7 @@ def purge(
         rabbitq dlq purge emails --reason invalid --until 7d --yes
     """
     filters = filters_from(kwargs)
-    tracing = load_app(app_spec).tracing if app_spec else None
+    tracing, released = app_seams(app_spec)
     dlq_queue = ops.resolve_dlq(queue)
     what = f"matching {filters.describe()}" if filters.active else "(no filter: ALL of them)"
     if not yes and not dry_run:
@@ -375,7 +371,7 @@ def purge(
                 limit=limit,
                 dry_run=dry_run,
                 on_progress=progress,
-                tracing=tracing,
+                tracing=tracing, released=released,
             ),
         )
     if not as_json and filters.active:

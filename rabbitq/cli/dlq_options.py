@@ -16,9 +16,13 @@ from rich.console import Console
 
 from .. import dlq as ops
 from .._amqp.connection import connect_once
+from ..dlq.operations import Released
 from ..errors import DlqError, DlqInterrupted
+from ..loader import load_app
+from ..payloads.steps import blobs_released
 from ..retry import DLQ_REASONS as REASONS
 from ..settings import TLS, resolve_url
+from ..tracing.base import Tracing
 from . import dlq_view as view
 from .common import F
 from .when import WHEN
@@ -117,6 +121,24 @@ def limit_option(
     )
 
 
+def app_option(help: str) -> Callable[[F], F]:
+    """``--app MODULE:APP`` (as ``app_spec``): whose tracing or status to record with."""
+    return click.option("--app", "app_spec", metavar="MODULE:APP", help=help)
+
+
+unblock_option = click.option(
+    "--unblock",
+    is_flag=True,
+    help=(
+        "Let each replayed message lift its key's block (handlers with ordered_by and "
+        'on_dead="block") even if it is not the message that blocked it: an explicit '
+        "operator action, e.g. after purging that message. Without it, only the "
+        "message that blocked a key unblocks it; the others go back to the DLQ as "
+        "'blocked', behind it and in order."
+    ),
+)
+
+
 def run_call(
     url: str | None,
     tls: TLS | None,
@@ -167,12 +189,20 @@ def report_interruption(fn: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
+def app_seams(app_spec: str | None) -> tuple[Tracing | None, Released | None]:
+    """What ``--app MODULE:APP`` gives a purge: the app's tracing (its status records)
+    and what it releases with the messages deleted (their large payloads)."""
+    app = load_app(app_spec) if app_spec else None
+    if app is None:
+        return None, None
+    return app.tracing, blobs_released(app.large_payloads) if app.large_payloads else None
+
+
 def _cipher_of_app(_ctx: click.Context, _param: click.Parameter, spec: str | None) -> Any:
     """``--app MODULE:APP``: that app's cipher (None: not given, or not encrypted)."""
     if spec is None:
         return None
     from ..crypto.codec import cipher_of
-    from ..loader import load_app
 
     return cipher_of(load_app(spec))
 

@@ -11,6 +11,7 @@ from typing import Any
 import orjson
 
 from ..errors import ConfigurationError
+from ..workflow.chords import chord_store
 from .codec import Cipher, cipher_of, token_keys
 
 
@@ -41,18 +42,18 @@ class SealedChords:
         return [(i, mid, self._open(value, mid)) for i, mid, value in found]
 
 
-def sealed_chords(app: Any, chord_store: Any) -> Any:
-    """The chord store beside ``app``'s status store (None without one; ``chord_store``:
-    :func:`rabbitq.workflow.chords.chord_store`), its results encrypted if the app is."""
+def sealed_chords(app: Any) -> Any:
+    """The chord store beside ``app``'s status store (None without one), its results
+    encrypted if the app is."""
     writer = app.status_writer
     store = chord_store(writer.store) if writer is not None else None
     cipher = cipher_of(app)
     return store if store is None or cipher is None else SealedChords(store, cipher)
 
 
-async def read_result(app: Any, message_id: str, chord_store: Any) -> Any:
+async def read_result(app: Any, message_id: str) -> Any:
     """:meth:`rabbitq.App.result`: what ``message_id``'s handler returned (decrypted)."""
-    store = sealed_chords(app, chord_store)
+    store = sealed_chords(app)
     if store is None:
         raise ConfigurationError(f"{app!r} has no PostgreSQL or Redis status store")
     try:

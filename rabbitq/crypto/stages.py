@@ -20,8 +20,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from .._amqp import headers as h
-from .._amqp.outgoing import Outgoing, SendNext
+from .._amqp.outgoing import Outgoing, SendNext, add_step
 from ..errors import RabbitqError
+from ..job import add_stage
 from ..outcome import Outcome
 from ..retry import UNDECRYPTABLE
 from .codec import KEY_ID, Cipher, Undecryptable, seal_properties
@@ -120,8 +121,10 @@ class Decrypt:
         return seal_outcome(self.cipher, await call_next(job), message_id)
 
 
-def install(keyring: Any) -> tuple[Encrypt, Decrypt]:
-    """The publish step and the delivery stage of an app encrypted with ``keyring``
-    (App(encryption=...)); ConfigurationError without ``cryptography``."""
+def encrypted(app: Any, keyring: Any) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+    """``app``'s publish steps and delivery stages with ``encrypt`` and ``decrypt`` of
+    ``keyring`` in their places (App(encryption=...)); ConfigurationError without
+    ``cryptography``."""
     cipher = Cipher(keyring)
-    return Encrypt(cipher), Decrypt(cipher)
+    steps = add_step(app.publish_steps, Encrypt(cipher))
+    return steps, add_stage(app.delivery_stages, Decrypt(cipher))

@@ -17,6 +17,8 @@ were sent but not yet known to be processed are counted as possible duplicates.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any
 
 import aiormq
 from aio_pika.abc import AbstractConnection
@@ -30,6 +32,9 @@ from .message import DeadMessage, Filters, resolve_dlq
 from .mover import Mover, Pacer
 from .reader import LostConnection, interrupted, session, user_of
 from .tally import Progress, Tally
+
+Released = Callable[[Sequence[Mapping[str, Any]]], Awaitable[None]]
+"""What a purge calls with the headers of the messages it deleted (:func:`purge`)."""
 
 # Copies in flight (published, confirm not yet received) during replay and import.
 DEFAULT_WINDOW = 256
@@ -194,12 +199,16 @@ async def purge(
     on_progress: Progress | None = None,
     connection: AbstractConnection | None = None,
     tracing: Tracing | None = None,
+    released: Released | None = None,
 ) -> Tally:
     """Delete the DLQ messages that match ``filters`` (all of them without filters), at
     most ``limit``; the others stay, in order. ``dry_run`` deletes nothing and counts
     what would go. ``tracing`` (e.g. the app's) is told of each message deleted (its
-    status becomes ``purged`` with ``App(status=...)``)."""
+    status becomes ``purged`` with ``App(status=...)``). ``released`` is called once the
+    deletions are settled, with the headers of every message deleted: what the app
+    keeps elsewhere for them goes too (a large payload's blob)."""
     tracing = tracing or NO_TRACING
+    gone: list[Mapping[str, Any]] = []
     async with session(
         "purge",
         queue,
@@ -219,6 +228,8 @@ async def purge(
             if not dry_run:
                 await reader.ack(delivery)
                 tracing.purged(queue=s.dlq, message_id=m.message_id or "")
+                if released is not None:
+                    gone.append(m.headers)
             tally.done += 1
             if on_progress is not None:
                 on_progress(tally)
@@ -226,5 +237,7 @@ async def purge(
                 break
         if not dry_run:
             await reader.settled()  # every ack has been processed
+    if gone and released is not None:
+        await released(gone)
     await tracing.flush()
     return tally

@@ -10,6 +10,10 @@ call. The order is the guarantee:
 3. on success send the buffered follow-ups (with confirms), then mark the key done;
 4. on any failure (the handler's, the send's) release the key and re-raise.
 
+While steps 2 and 3 run the store's heartbeat renews the claim; if it may lapse (no
+renewal confirmed in time) the handler is stopped with ``LeaseLost`` before it does
+(:func:`rabbitq.effects.heartbeat.held`).
+
 In transactional mode (``ctx.transaction()``) step 3 is :meth:`Effects.finish`: the
 follow-ups become outbox rows of the handler's transaction (with an outbox) or are sent
 and confirmed (without one), and only then does the transaction commit, with the done
@@ -31,6 +35,7 @@ from ..message import Message
 from ..outcome import Retry
 from ..retry import RetryPolicy
 from .followups import FollowUp, make_follow_up
+from .heartbeat import held
 from .store import BUSY, DONE, Claim, IdempotencyStore, StoreUnavailable
 
 log = logging.getLogger("rabbitq.effects")
@@ -197,8 +202,9 @@ async def run_once(
     if claim.status is BUSY:
         return BUSY_ELSEWHERE
     try:
-        await call()
-        await effects.finish(send)  # follow-ups, then the transaction's commit
+        async with held([claim]):  # stopped (LeaseLost) if its claim may lapse
+            await call()
+            await effects.finish(send)  # follow-ups, then the transaction's commit
         if not await store.done(claim):  # a no-op once the transaction marked it
             log.warning(
                 "key %r: the lease expired while the handler ran and another worker took "

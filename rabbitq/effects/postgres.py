@@ -6,6 +6,8 @@ updates guarded by the claim's token. Each kind is group-committed
 (:mod:`rabbitq.effects.batcher`): the claims issued together are one statement over
 the batch (one JSON parameter), one commit, and so are the done marks and the releases;
 a caller still gets its own answer, and returns only once its statement committed.
+Claims are kept alive by a heartbeat (:mod:`rabbitq.effects.heartbeat`): one statement
+every few seconds renews every claim this store holds in the process.
 Expired rows are deleted in batches through the ``expires_at`` index by a background
 task, never on the path of a message.
 
@@ -27,6 +29,7 @@ import psycopg
 from ..settings import redact_url
 from .batcher import Batcher, FlushCancelled
 from .database import DEFAULT_POOL_SIZE, LINK_ERRORS, Conn, Database
+from .heartbeat import Heartbeat
 from .lane import Lane
 from .location import DEFAULT_PREFIX, PostgresLocation, check_prefix
 from .schema import KeysSql
@@ -111,6 +114,7 @@ class PostgresStore:
         self._releases: Batcher[Claim, None] = Batcher(
             self._release_batch, max_in_flight=FLUSHES_IN_FLIGHT
         )
+        self._heartbeat = Heartbeat(self._renew_batch, repr(self))
 
     def __repr__(self) -> str:
         return f"PostgresStore({redact_url(self.db.dsn)!r}, table={self.sql.table!r})"
@@ -126,6 +130,7 @@ class PostgresStore:
         the cleanup task and close the pool."""
         for batcher in (self._claims, self._dones, self._releases):
             await batcher.drain()
+        await self._heartbeat.close()
         await self._claim_lane.close()
         await self._done_lane.close()
         cleaner, self._cleaner = self._cleaner, None
@@ -136,33 +141,43 @@ class PostgresStore:
         await self.db.close()
 
     async def claim(self, key: str, *, lease: float) -> Claim:
-        """Take ``key`` for ``lease`` seconds: NEW, DONE (a duplicate) or BUSY."""
+        """Take ``key`` for at most ``lease`` seconds: NEW, DONE (a duplicate) or BUSY.
+        A NEW claim is taken for the heartbeat's TTL and renewed while held."""
         claim = Claim(key, NEW)
+        sent = asyncio.get_running_loop().time()
         try:
-            claim.status = await self._claims.submit((claim, lease))
+            claim.status = await self._claims.submit((claim, self._heartbeat.first_ttl(lease)))
         except _FAULTS as exc:
             raise StoreUnavailable(f"{self!r}: claim failed: {exc}") from exc
+        if claim.status is NEW:
+            self._heartbeat.hold(claim, sent=sent, lease=lease)
         return claim
 
     async def done(self, claim: Claim) -> bool:
         """Mark the key done for ``retention``; False if the lease was lost meanwhile."""
-        if claim.settled:
-            return True
         try:
-            ok = await self._dones.submit(claim)
-        except _FAULTS as exc:
-            raise StoreUnavailable(f"{self!r}: marking done failed: {exc}") from exc
+            if claim.settled:
+                return True
+            try:
+                ok = await self._dones.submit(claim)
+            except _FAULTS as exc:
+                raise StoreUnavailable(f"{self!r}: marking done failed: {exc}") from exc
+        finally:
+            self._heartbeat.drop(claim)
         claim.settled = True
         return ok
 
     async def release(self, claim: Claim) -> None:
         """Delete the lease so that a retry can run (no-op if already settled)."""
-        if claim.settled:
-            return
         try:
-            await self._releases.submit(claim)
-        except _FAULTS as exc:
-            raise StoreUnavailable(f"{self!r}: release failed: {exc}") from exc
+            if claim.settled:
+                return
+            try:
+                await self._releases.submit(claim)
+            except _FAULTS as exc:
+                raise StoreUnavailable(f"{self!r}: release failed: {exc}") from exc
+        finally:
+            self._heartbeat.drop(claim)
         claim.settled = True
 
     async def _claim_batch(self, batch: list[_Leased]) -> list[Status]:
@@ -182,6 +197,20 @@ class PostgresStore:
         rows = await self._done_lane.fetch(self.sql.done_many(), params)
         held = {token for (token,) in rows}
         return [c.token in held for c in batch]
+
+    async def _renew_batch(self, batch: Sequence[tuple[Claim, float]]) -> set[str]:
+        """One statement renewing ``batch`` (claims and TTLs): the tokens still held."""
+        params = {
+            "batch": orjson.dumps(
+                [{"key": c.key, "token": c.token, "ttl": ttl} for c, ttl in batch]
+            ).decode()
+        }
+        try:
+            async with self.db.connection() as conn:
+                cur = await conn.execute(self.sql.renew_many(), params)
+                return {token for (token,) in await cur.fetchall()}
+        except _FAULTS as exc:
+            raise StoreUnavailable(f"{self!r}: renewing claims failed: {exc}") from exc
 
     async def _release_batch(self, batch: list[Claim]) -> list[None]:
         """One statement for the releases of ``batch``."""

@@ -19,6 +19,9 @@ whole (Redis unreachable, the connection cut, a timeout) fails every call in it 
 ``StoreUnavailable``, as a single failed command would. A script is atomic as a whole,
 and each key's step is exactly the single-key command it replaces.
 
+Claims are kept alive by a heartbeat (:mod:`rabbitq.effects.heartbeat`): one script call
+every few seconds renews (``PEXPIRE``) every claim this store holds in the process.
+
 Redis is as durable as its configuration: with ``appendonly no`` a Redis restart forgets
 every key (duplicates then run again). Use AOF with ``appendfsync everysec`` or better
 where that matters; see docs/effects.md.
@@ -26,6 +29,7 @@ where that matters; see docs/effects.md.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -39,6 +43,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from ..errors import ConfigurationError
 from ..settings import redact_url
 from .batcher import Batcher, FlushCancelled
+from .heartbeat import Heartbeat
 from .location import DEFAULT_REDIS_URL, IDEMPOTENCY_KEYS, RedisLocation
 from .store import (
     BUSY,
@@ -124,6 +129,20 @@ for i, item in ipairs(cjson.decode(ARGV[1])) do
   end
 end
 return {table.concat(codes), errors}
+"""
+# The heartbeat: ARGV[1] = [[key, 'busy:'..token, ms], ...]; codes '1' renewed, '0' not
+# held by that token.
+_RENEW = """
+local codes = {}
+for i, item in ipairs(cjson.decode(ARGV[1])) do
+  if redis.pcall('GET', item[1]) == item[2] then
+    redis.pcall('PEXPIRE', item[1], item[3])
+    codes[i] = '1'
+  else
+    codes[i] = '0'
+  end
+end
+return table.concat(codes)
 """
 _SCRIPTS = {"claim": _CLAIM, "done": _MARK_DONE, "release": _RELEASE}
 _FAULTS = (RedisConnectionError, RedisTimeoutError, RedisError, OSError, FlushCancelled)
@@ -215,6 +234,7 @@ class RedisStore:
         self._client = client
         self._owns_client = client is None
         self._ops: Batcher[Op, Status | bool] = Batcher(self._send, max_in_flight=pool_size)
+        self._heartbeat = Heartbeat(self._renew, repr(self))
 
     def __repr__(self) -> str:
         return f"RedisStore({redact_url(self.url)!r}, key_prefix={self.key_prefix!r})"
@@ -244,6 +264,7 @@ class RedisStore:
         """Send the calls already issued and wait for their answers, then close the
         client if the store opened it."""
         await self._ops.drain()
+        await self._heartbeat.close()
         client, self._client = self._client, None
         if client is not None and self._owns_client:
             await client.aclose(close_connection_pool=True)
@@ -264,15 +285,20 @@ class RedisStore:
         return out
 
     async def claim(self, key: str, *, lease: float) -> Claim:
-        """``SET NX PX``: NEW if taken, else DONE or BUSY by what the key holds."""
+        """``SET NX PX``: NEW if taken, else DONE or BUSY by what the key holds. A NEW
+        claim is taken for the heartbeat's TTL (at most ``lease``) and renewed while held."""
         claim = Claim(key, NEW)
-        op = Op("claim", self.key_prefix + key, "busy:" + claim.token, _ms(lease))
+        ttl = _ms(self._heartbeat.first_ttl(lease))
+        op = Op("claim", self.key_prefix + key, "busy:" + claim.token, ttl)
+        sent = asyncio.get_running_loop().time()
         try:
             status = await self._ops.submit(op)
         except _FAULTS as exc:
             raise StoreUnavailable(f"{self!r}: claim failed: {exc}") from exc
         assert isinstance(status, Status)
         claim.status = status
+        if status is NEW:
+            self._heartbeat.hold(claim, sent=sent, lease=lease)
         return claim
 
     async def done(self, claim: Claim) -> bool:
@@ -284,6 +310,8 @@ class RedisStore:
             ok = await self._ops.submit(op)
         except _FAULTS as exc:
             raise StoreUnavailable(f"{self!r}: marking done failed: {exc}") from exc
+        finally:
+            self._heartbeat.drop(claim)
         claim.settled = True
         return bool(ok)
 
@@ -296,7 +324,20 @@ class RedisStore:
             await self._ops.submit(op)
         except _FAULTS as exc:
             raise StoreUnavailable(f"{self!r}: release failed: {exc}") from exc
+        finally:
+            self._heartbeat.drop(claim)
         claim.settled = True
+
+    async def _renew(self, batch: Sequence[tuple[Claim, float]]) -> set[str]:
+        """One script call renewing ``batch`` (claims and TTLs): the tokens still held."""
+        items = [(self.key_prefix + c.key, "busy:" + c.token, _ms(ttl)) for c, ttl in batch]
+        try:
+            script = ("EVAL", _RENEW, 0, orjson.dumps(items))
+            reply = await self._redis().execute_command(*script)  # type: ignore[no-untyped-call]
+        except _FAULTS as exc:
+            raise StoreUnavailable(f"{self!r}: renewing claims failed: {exc}") from exc
+        codes = reply.decode() if isinstance(reply, bytes) else str(reply)
+        return {c.token for (c, _), code in zip(batch, codes, strict=True) if code == "1"}
 
 
 def _ms(seconds: float) -> int:

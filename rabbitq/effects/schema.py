@@ -103,6 +103,15 @@ class KeysSql:
             " FROM {held} WHERE k.key = held.key RETURNING k.token"
         ).format(t=sql.Identifier(self.table), held=self._held("'busy', 'done'"))
 
+    def renew_many(self) -> sql.Composed:
+        # A heartbeat: the leases of a batch's {key, token, ttl} still held by those
+        # tokens, extended to now + ttl; answers the tokens held.
+        return sql.SQL(
+            "UPDATE {t} AS k SET expires_at = now() + make_interval(secs => i.ttl)"
+            " FROM {held}, json_to_recordset(%(batch)s::json) AS i(key text, ttl float8)"
+            " WHERE k.key = held.key AND i.key = held.key RETURNING k.token"
+        ).format(t=sql.Identifier(self.table), held=self._held("'busy'"))
+
     def release_many(self) -> sql.Composed:
         # The releases of one batch in one statement: leases only, never a done key.
         return sql.SQL("DELETE FROM {t} AS k USING {held} WHERE k.key = held.key").format(

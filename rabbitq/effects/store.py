@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import enum
 import logging
+import math
 import secrets
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -31,9 +32,10 @@ from ..errors import ConfigurationError, RabbitqError
 log = logging.getLogger("rabbitq.worker")  # closing stores is the worker's last step
 
 DEFAULT_RETENTION = 7 * 24 * 3600.0  # seconds a done key is remembered
-# The lease of a handler without a timeout, and the margin added to a handler's timeout:
-# the worker gives up on the handler at its timeout, then needs a moment to release.
-DEFAULT_LEASE = 300.0
+# The lease of a handler without a timeout (no bound: the stores' heartbeat keeps its
+# claim for as long as it runs), and the margin added to a handler's timeout: the worker
+# gives up on the handler at its timeout, then needs a moment to release.
+DEFAULT_LEASE = math.inf
 LEASE_MARGIN = 5.0
 
 
@@ -56,10 +58,12 @@ class StoreUnavailable(RabbitqError):
 
 
 class LeaseLost(RabbitqError):
-    """The claim's lease expired and another worker took the key over.
+    """The claim's lease expired and another worker took the key over, or it may expire
+    (its heartbeat could not renew it in time).
 
     Raised inside a transactional handler's transaction, so that it rolls back: the
-    other worker's effect is the one that counts.
+    other worker's effect is the one that counts; and in a handler whose claim may lapse,
+    to stop it first (a failed attempt, retried).
     """
 
 
@@ -68,12 +72,16 @@ class Claim:
     """The answer of :meth:`IdempotencyStore.claim`: the status, and the token that
     proves the lease for :meth:`~IdempotencyStore.done` and :meth:`~IdempotencyStore.release`.
     ``settled`` becomes True once the key was marked done (in the handler's transaction,
-    in transactional mode) or released."""
+    in transactional mode) or released. ``valid_until`` (event loop time) is until when
+    the claim is surely held, ``lost`` whether a renewal found it taken over (a store
+    with a heartbeat, :mod:`rabbitq.effects.heartbeat`; infinite without one)."""
 
     key: str
     status: Status
     token: str = field(default_factory=lambda: secrets.token_hex(16))  # 128 random bits
     settled: bool = False
+    valid_until: float = math.inf
+    lost: bool = False
 
 
 @runtime_checkable
@@ -89,7 +97,10 @@ class IdempotencyStore(Protocol):
         """Release connections and background tasks."""
 
     async def claim(self, key: str, *, lease: float) -> Claim:
-        """Take ``key`` for ``lease`` seconds unless it is done or leased elsewhere."""
+        """Take ``key`` for at most ``lease`` seconds (infinite for a handler without a
+        timeout) unless it is done or leased elsewhere; a store keeps the claim alive
+        with a heartbeat (:mod:`rabbitq.effects.heartbeat`), so that it lapses soon
+        after its process dies."""
         ...
 
     async def done(self, claim: Claim) -> bool:
@@ -101,9 +112,11 @@ class IdempotencyStore(Protocol):
 
 
 def lease_for(timeout: float | None, default: float = DEFAULT_LEASE) -> float:
-    """Seconds a claim is leased for a handler with ``timeout``: the worker stops the
+    """The longest a claim is held for a handler with ``timeout``: the worker stops the
     handler at its timeout, so a lease a little longer is never outlived by a live
-    handler; a worker killed mid-handler frees the key when it expires."""
+    handler; infinite without a timeout. A store with a heartbeat claims for a short TTL
+    within it and renews the claim while its process lives, so that a killed worker frees
+    its keys in seconds."""
     return (default if timeout is None else timeout) + LEASE_MARGIN
 
 

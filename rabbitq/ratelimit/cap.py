@@ -10,7 +10,8 @@ when the handler's limiter can hold places for several processes (``RedisRates``
   short, growing, bounded while (``first_wait`` to ``max_wait``, with jitter) between
   asks, so a full cap costs each process a few small requests a second;
 - a place is a lease that expires unless renewed: one task per cap renews every lease
-  this process holds, in one request, every third of the lease;
+  this process holds, in one request, every heartbeat (:func:`renew_period`: a third of
+  the lease, at most 2 s, so that a restarted Redis learns its holders back quickly);
 - :meth:`SharedCap.release` gives the local place back at once and the lease in a task
   of its own, so a handler's end never waits on Redis; a release that fails is logged,
   and the lease expires.
@@ -37,6 +38,14 @@ from typing import Protocol, runtime_checkable
 from .local import ConcurrencyCap
 
 log = logging.getLogger("rabbitq.ratelimit")
+
+
+RENEW_MAX = 2.0  # the longest heartbeat of a holder's renewals, seconds
+
+
+def renew_period(lease: float) -> float:
+    """Seconds between a holder's renewals of its leases of ``lease`` seconds (pure)."""
+    return min(lease / 3, RENEW_MAX)
 
 
 class Unreachable(Exception):
@@ -156,7 +165,7 @@ class SharedCap:
             wait = min(wait * 2, self.max_wait)
 
     async def _renew_while_held(self) -> None:
-        period = self.places.lease / 3
+        period = renew_period(self.places.lease)
         while self.held:
             await asyncio.sleep(period)
             held = list(self.held)

@@ -21,16 +21,18 @@ snapshot, or a replica promoted in its place, or a flushed key) no longer knows 
 places, while their handlers still run. So beside the set, a small record
 (``<set>:epoch``, a hash kept for a day after its last use) says which Redis (``run_id``
 of ``INFO server``) wrote it and until when no new place may be given (``until``). Both
-scripts read it first (:data:`FENCE`); no new place is given while Redis may have lost
-its holders, for one lease, while the holders' renewals (every third of a lease) put
-their leases back:
+scripts read it first (:data:`FENCE`). The holders renew every heartbeat
+(:func:`~rabbitq.ratelimit.cap.renew_period`: a third of the lease, at most 2 s), and a
+renewal puts back the leases Redis forgot, so no new place is given for two heartbeats
+(:data:`FENCE`'s ``beat``, 4 s with the default lease) while they do:
 
-- the record was written by another Redis (a restart from a snapshot, a failover):
-  no new place until a lease from now;
-- there is no record and this Redis started less than a lease ago (a restart without
-  persistence): none until a lease after its start;
+- this Redis started less than two heartbeats ago (a restart, with or without a
+  snapshot; or a new Redis, which cannot be told from a restarted one): none until two
+  heartbeats after its start. Every holder renews within a heartbeat of it;
+- the record was written by another Redis that is not young (a replica promoted): none
+  until two heartbeats from now;
 - there is no record and a holder renews (the key was flushed or evicted): none until
-  a lease from now;
+  two heartbeats from now;
 - no record, an older Redis, a take: the key's first use (or its holders are long
   back): nothing to wait for.
 
@@ -44,7 +46,7 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from .cap import Unreachable
+from .cap import RENEW_MAX, Unreachable, renew_period
 
 log = logging.getLogger("rabbitq.ratelimit")
 
@@ -53,6 +55,8 @@ EPOCH_TTL_MS = 86_400_000
 
 # KEYS[2]: the record. fence(now, lease, renewing) returns the moment (ms, Redis's
 # clock) before which no new place may be given, writing the record when it is new.
+# ``beat``: two of the holders' heartbeats (renew_period, in ms), the longest a holder
+# takes to put its leases back after Redis comes back, with one heartbeat of slack.
 FENCE = """
 local function fence(now, lease, renewing)
   local ok, info = pcall(redis.call, 'INFO', 'server')
@@ -61,11 +65,12 @@ local function fence(now, lease, renewing)
   local uptime = (tonumber(string.match(info, 'uptime_in_seconds:(%d+)')) or 1e9) * 1000
   local record = redis.call('HMGET', KEYS[2], 'run_id', 'until')
   local admit = tonumber(record[2]) or 0
+  local beat = 2 * math.min(math.floor(lease / 3), RENEW_MAX_MS)
   if record[1] ~= run_id then
-    if record[1] or renewing then
-      admit = now + lease
-    elseif uptime < lease then
-      admit = now - uptime + lease
+    if uptime < beat then
+      admit = now - uptime + beat
+    elseif record[1] or renewing then
+      admit = now + beat
     else
       admit = 0
     end
@@ -74,7 +79,7 @@ local function fence(now, lease, renewing)
   redis.call('PEXPIRE', KEYS[2], EPOCH_TTL_MS)
   return admit
 end
-""".replace("EPOCH_TTL_MS", str(EPOCH_TTL_MS))
+""".replace("EPOCH_TTL_MS", str(EPOCH_TTL_MS)).replace("RENEW_MAX_MS", str(round(RENEW_MAX * 1000)))
 
 # KEYS[1]: the set, KEYS[2]: its record. ARGV: limit, lease length (ms), lease id.
 # Returns 1 (held), 0 (full) or -1 (none given: Redis may have lost its holders).
@@ -171,7 +176,7 @@ class RedisPlaces:
                 "Redis may have lost who holds the places of %s (restarted, replaced or "
                 "flushed): no new place for up to %gs, while running handlers put theirs back",
                 self.name,
-                self.lease,
+                2 * renew_period(self.lease),
             )
         self._fenced = held < 0
         return held > 0

@@ -52,7 +52,7 @@ class RedisRates:
     waiting until Redis answers.
 
     ``lease`` (seconds, default 30) is how long a concurrency place stays held without
-    being renewed: running handlers renew theirs every ``lease / 3``, so it only
+    being renewed: running handlers renew theirs every ``lease / 3`` (at most 2 s), so it only
     matters when a worker dies holding places (``kill -9``): they come back after at
     most ``lease``.
     """

@@ -6,7 +6,8 @@ Every process that runs schedules (each worker unless ``--no-schedules``, and
 queue ``<queue>.schedules.lease``. The broker lets one connection declare it; the
 others are refused (``RESOURCE_LOCKED``) and try again every second. The broker
 deletes the queue when its connection closes (the process died, the network dropped
-it, heartbeats stopped), and the next contender leads. No other service is involved.
+it, heartbeats stopped: :data:`LEASE_HEARTBEAT`), and the next contender leads. No
+other service is involved.
 
 The leader reads the progress record (``<queue>.schedules``: through which tick each
 schedule was handled), publishes the missed ticks its ``catch_up`` allows, and then
@@ -51,10 +52,38 @@ log = logging.getLogger("rabbitq.schedule")
 T = TypeVar("T")
 
 LEASE_RETRY = 1.0  # seconds between attempts to take the lease
+# The AMQP heartbeat of the lease's connection (unless the URL sets ?heartbeat=): the
+# broker closes a silent connection, and so frees the lease of a frozen or cut-off
+# leader, two to three heartbeats after its last frame (10-15 s; 30-45 s with the
+# connections' 15 s).
+LEASE_HEARTBEAT = 5
 MAX_SLEEP = 5.0  # the loop looks at the wall clock at least this often
 # What ends a leadership (the scheduler then contends again): the broker's errors, a
-# lost connection, a commit not confirmed in time.
-LOST = (aiormq.exceptions.AMQPError, ConnectionError, OSError, TimeoutError, BrokerUnavailable)
+# lost connection, a commit not confirmed in time. (aiormq reports a channel whose
+# connection went away as ChannelInvalidStateError, a RuntimeError.)
+LOST = (
+    aiormq.exceptions.AMQPError,
+    aiormq.exceptions.ChannelInvalidStateError,
+    ConnectionError,
+    OSError,
+    TimeoutError,
+    BrokerUnavailable,
+)
+
+
+def loss_report(queue: str, exc: BaseException, *, leading: bool) -> tuple[int, str, bool]:
+    """How a session that ended with ``exc`` is logged (pure): the level, the line, and
+    whether with its traceback. Only a leader says it stopped leading; a lost connection
+    is a one-line WARNING; an unexpected error of a leader is an ERROR with its traceback
+    (a bug must not end the schedules for good: it contends again). A candidate that
+    never led says it cannot contend, in one line, whatever ended its session."""
+    said = f"{type(exc).__name__}: {exc}"
+    if not leading:
+        return logging.WARNING, f"scheduler of {queue} cannot contend ({said}); retrying", False
+    line = f"stopped leading the schedules of {queue} ({said}); contending again"
+    if isinstance(exc, LOST):
+        return logging.WARNING, line, False
+    return logging.ERROR, line, True
 
 
 def instance_name() -> str:
@@ -118,7 +147,10 @@ class Scheduler:
         while True:
             try:
                 connection = await connect_once(
-                    self.url, name=f"rabbitq scheduler {self.app.queue}", tls=self.tls
+                    self.url,
+                    name=f"rabbitq scheduler {self.app.queue}",
+                    tls=self.tls,
+                    heartbeat=LEASE_HEARTBEAT,
                 )
             except BrokerUnavailable as exc:
                 self._note(exc)
@@ -126,20 +158,12 @@ class Scheduler:
                 continue
             try:
                 await self._session(connection)
-            except LOST as exc:
+            except Exception as exc:  # a bug must not end the schedules for good either
                 if self.leading:
-                    log.warning(
-                        "stopped leading the schedules of %s (%s: %s); contending again",
-                        self.app.queue,
-                        type(exc).__name__,
-                        exc,
-                    )
+                    level, line, trace = loss_report(self.app.queue, exc, leading=True)
+                    log.log(level, "%s", line, exc_info=exc if trace else None)
                 else:
                     self._note(exc)
-            except Exception:  # a bug must not end the schedules for good: log, start over
-                log.exception(
-                    "stopped leading the schedules of %s; contending again", self.app.queue
-                )
             finally:
                 self._step_down()
                 with contextlib.suppress(Exception):
@@ -153,7 +177,8 @@ class Scheduler:
         said = f"{type(exc).__name__}: {exc}"
         if said != self._last_error:
             self._last_error = said
-            log.warning("scheduler of %s cannot contend (%s); retrying", self.app.queue, said)
+            level, line, _ = loss_report(self.app.queue, exc, leading=False)
+            log.log(level, "%s", line)
 
     def _step_down(self) -> None:
         self.leading = False

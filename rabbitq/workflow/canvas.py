@@ -3,7 +3,11 @@
 Each is a frozen object with its id fixed when it is made (a new uuid4 hex, or ``id=``),
 so publishing the same object again (a producer's retry after a lost confirm) sends the
 same message ids under the same id: duplicates the workers recognise, never a second
-workflow. ``await pub.publish(workflow)`` calls :meth:`publish_on` and returns the id.
+workflow. With a status store, the id is recorded with the workflow's shape
+(:func:`~.wire.shape`) before anything is sent, and a *different* workflow under a used
+id is refused (:class:`~rabbitq.WorkflowIdInUse`): its members would get the first's
+message ids and be taken for its duplicates. ``await pub.publish(workflow)`` calls
+:meth:`publish_on` and returns the id.
 
 - ``chain(a, b, c)``: ``a`` is published with ``[b, c]`` in its :data:`~.wire.CHAIN`
   header; the worker publishes ``b`` (with ``[c]``) once ``a``'s handler succeeded.
@@ -21,9 +25,10 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from .._amqp import headers as h
-from ..errors import ConfigurationError, PartialPublish, PublishError
+from ..errors import ConfigurationError, PartialPublish, PublishError, WorkflowIdInUse
 from ..message import Message
 from . import wire
+from .chords import chord_store
 
 WINDOW = 512  # confirms in flight at once, as publish_many's
 
@@ -63,6 +68,26 @@ async def _publish_all(pub: Sender, items: list[tuple[Message, str, dict[str, An
         raise PartialPublish(confirmed, failed)
 
 
+async def _register(app: Any, workflow_id: str, shape: str) -> None:
+    """Record in ``app``'s status store that ``workflow_id`` names ``shape``; raise
+    :class:`~rabbitq.WorkflowIdInUse` if it names a different workflow already. Without
+    a status store (of a kind with a chord store) nothing can be checked: nothing is."""
+    writer = getattr(app, "status_writer", None) if app is not None else None
+    store = chord_store(writer.store) if writer is not None else None
+    if store is None:
+        return
+    try:
+        found = await store.register(workflow_id, shape)
+    finally:
+        await store.close()
+    if not wire.same_shape(found, shape):
+        raise WorkflowIdInUse(
+            f"workflow id {workflow_id!r} already names a different workflow "
+            f"({found.partition(' ')[2]}); this {shape.partition(' ')[2]} was not "
+            "published: give it an id of its own (the default, a new uuid4 hex, is)"
+        )
+
+
 def _members(members: Iterable[Message], bound: int, what: str) -> tuple[Message, ...]:
     out = tuple(members)
     if not out:
@@ -84,6 +109,7 @@ class Chain:
     async def publish_on(self, pub: Sender, app: Any = None) -> str:
         """Publish the first step with the rest in its header; return the chain's id."""
         first, rest = self.steps[0], [wire.step_of(m) for m in self.steps[1:]]
+        await _register(app, self.id, wire.shape("chain", [wire.step_of(first), *rest], None, None))
         headers: dict[str, Any] = {h.GROUP: self.id}
         if rest:
             headers[wire.CHAIN] = wire.encode_chain(rest)
@@ -100,6 +126,8 @@ class Group:
 
     async def publish_on(self, pub: Sender, app: Any = None) -> str:
         """Publish every member (confirmed); return the group's id."""
+        steps = [wire.step_of(m) for m in self.members]
+        await _register(app, self.id, wire.shape("group", steps, None, None))
         await _publish_all(
             pub,
             [
@@ -130,6 +158,8 @@ class Chord:
         then = wire.step_of(self.then)
         fail = None if self.on_failure is None else wire.step_of(self.on_failure)
         n = len(self.members)
+        steps = [wire.step_of(m) for m in self.members]
+        await _register(app, self.id, wire.shape("chord", steps, then, fail))
         await _publish_all(
             pub,
             [

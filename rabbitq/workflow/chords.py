@@ -7,7 +7,9 @@ A chord's state is three things, all in the app's status database:
   index ``i`` twice is marking it once, so duplicates and retries never count twice;
   ``mark`` adds and answers how many there are, atomically;
 - a **claim** per message it sends (``then``, ``failure``): absent, ``busy`` (held by a
-  delivery's token, ``<member index>/<nonce>``, until a lease ends) or ``sent``;
+  delivery's token, ``<member index>/<nonce>``, until a lease ends) or ``sent``; and one
+  per member's run (``run:<index>``, when its handler has no idempotency store);
+- its **shape** (what the id names: :func:`~.wire.shape`), recorded at publish;
 - the **results** of handlers, by ``message_id``.
 
 A store that cannot be reached raises :class:`~rabbitq.effects.StoreUnavailable`: the
@@ -39,6 +41,10 @@ class ChordStore(Protocol):
 
     async def results(self, group_id: str) -> Sequence[tuple[int, str, Any]]:
         """``(index, message_id, result)`` of every member done, by index."""
+
+    async def register(self, group_id: str, shape: str) -> str:
+        """Record that ``group_id`` names the workflow ``shape`` (:func:`~.wire.shape`)
+        unless it names one already; return the shape it names (``shape`` if new)."""
 
     async def claim(self, group_id: str, kind: str, token: str, lease: float) -> str:
         """:data:`~.wire.NEW` (``token`` holds it now: it was free, expired or

@@ -7,7 +7,8 @@
   its own insert committed, so of two members marked at once the later committer counts
   both (one statement's snapshot would miss the other's row: both could count one short);
 - ``<prefix>chord_claims (group_id, kind, state, token, expires_at)``: ``busy`` with a
-  lease, then ``sent``;
+  lease, then ``sent``; kind ``shape``: what the id names (state ``shape``, the shape in
+  ``token``), inserted once;
 - ``<prefix>results (message_id, result jsonb, expires_at)``.
 
 Tables are created on first use. Rows expire ``retention`` after they were written (a
@@ -27,7 +28,7 @@ from ..effects.database import LINK_ERRORS, Database
 from ..effects.location import PostgresLocation
 from ..effects.store import StoreUnavailable
 from ..settings import redact_url
-from .wire import NEW, OTHER, SAME, SENT
+from .wire import NEW, OTHER, SAME, SENT, SHAPE
 
 
 def _schema(p: str) -> list[sql.Composed]:
@@ -145,6 +146,20 @@ class PostgresChords:
             " ON r.message_id = m.message_id WHERE m.group_id = %(g)s ORDER BY m.idx"
         ).format(m=self._members, r=self._results)
         return [(i, mid, result) for i, mid, result in await self._run((q, {"g": group_id}))]
+
+    async def register(self, group_id: str, shape: str) -> str:
+        put = sql.SQL(
+            "INSERT INTO {t} (group_id, kind, state, token, expires_at) VALUES (%(g)s, %(k)s,"
+            " 'shape', %(s)s, " + _KEEP + ") ON CONFLICT (group_id, kind) DO UPDATE SET"
+            " token = EXCLUDED.token, expires_at = EXCLUDED.expires_at"
+            " WHERE {t}.expires_at < now()"  # expired, not yet deleted: the id is free
+        ).format(t=self._claims)
+        look = sql.SQL("SELECT token FROM {} WHERE group_id = %(g)s AND kind = %(k)s").format(
+            self._claims
+        )
+        params = {"g": group_id, "k": SHAPE, "s": shape}
+        rows = await self._run((put, params), (look, params))
+        return str(rows[0][0]) if rows and rows[0][0] else shape
 
     async def claim(self, group_id: str, kind: str, token: str, lease: float) -> str:
         take = sql.SQL(

@@ -5,7 +5,7 @@
   the chord complete);
 - ``<prefix>claim:<group_id>:<kind>``: ``busy:<token>`` with the lease's expiry, then
   ``sent`` for the retention; the claim is one script (take it if absent or ours, else
-  say whose it is);
+  say whose it is); ``<prefix>claim:<group_id>:shape``: what the id names (``SET NX``);
 - ``<prefix>result:<message_id>``: the result's JSON.
 
 Every key expires ``retention`` after its last write. Durable as Redis is: use AOF.
@@ -26,6 +26,7 @@ from redis.exceptions import ConnectionError, RedisError, TimeoutError
 from ..effects.location import CHORD_KEYS, RedisLocation
 from ..effects.store import StoreUnavailable
 from ..settings import redact_url
+from .wire import SHAPE
 
 CLIENT_NAME = "rabbitq-workflow"
 # KEYS[1] the hash; ARGV: index, message_id, retention ms -> members done
@@ -133,6 +134,17 @@ class RedisChords:
             (i, mid, None if r is None else orjson.loads(r))
             for (i, mid), r in zip(done, raw, strict=True)
         ]
+
+    async def register(self, group_id: str, shape: str) -> str:
+        client, *_ = self._redis()
+        key = f"{self.key_prefix}claim:{group_id}:{SHAPE}"
+        try:
+            if await client.set(key, shape, nx=True, px=self.retention_ms):
+                return shape
+            found = await client.get(key)
+        except (RedisError, OSError) as exc:
+            raise StoreUnavailable(f"{self!r}: {exc}") from exc
+        return shape if found is None else _text(found)  # (expired meanwhile: free)
 
     async def claim(self, group_id: str, kind: str, token: str, lease: float) -> str:
         _, _, claim, _ = self._redis()

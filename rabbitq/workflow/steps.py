@@ -30,6 +30,7 @@ not a second callback.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -38,6 +39,7 @@ from typing import Any
 from .._amqp import headers as h
 from ..effects.followups import FollowUp, make_follow_up
 from ..effects.guard import Effects
+from ..effects.store import lease_for
 from ..errors import PermanentError, RetryLater
 from ..job import Job, Next, failed
 from ..outcome import ACK, DeadLetter, Outcome
@@ -79,6 +81,47 @@ class Flow:
         self.chords = chords
         self.send = send
         self.token = wire.claim_token(member.index) if member is not None else ""
+        self.run_lease: float | None = None  # set: run a chord member once (run_once)
+        self.holds_run = False
+
+    def run_once(self, lease: float) -> None:
+        """Run this chord member's handler once per chord through the chord store, for
+        a handler without an idempotency store: a claim ``run:<index>`` held for
+        ``lease`` seconds while it runs, *sent* once it succeeded. A later copy of the
+        member (the chord published twice) finds it *sent* and skips the handler, as a
+        duplicate; one that arrives while it runs waits for it."""
+        self.run_lease = lease
+
+    async def _take_run(self) -> bool:
+        """Whether this delivery runs the handler: True if it holds the member's run
+        claim now, False if the member succeeded before (:class:`RetryLater` while
+        another delivery of it runs, up to :data:`SAME_WAIT` seconds)."""
+        member, chords, lease = self.member, self.chords, self.run_lease
+        assert member is not None and chords is not None and lease is not None
+        kind = wire.run_kind(member.index)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + SAME_WAIT
+        while (found := await chords.claim(member.group_id, kind, self.token, lease)) != wire.NEW:
+            if found == wire.SENT:
+                return False
+            if loop.time() >= deadline:
+                raise RetryLater(SAME_RETRY)
+            await asyncio.sleep(0.1)
+        self.holds_run = True
+        return True
+
+    async def release_run(self) -> None:
+        """The handler failed (retried, dead-lettered): give the run claim up, so that
+        the next delivery of the member runs it without waiting for the lease."""
+        member, chords = self.member, self.chords
+        if not self.holds_run or member is None or chords is None:
+            return
+        self.holds_run = False
+        try:
+            await chords.release(member.group_id, wire.run_kind(member.index), self.token)
+        except Exception as exc:
+            log.warning("chord %s: member run not released (%s); its lease ends it",
+                        member.group_id, exc)  # fmt: skip
 
     def around(self, call: Callable[[], Awaitable[Any]], effects: Effects) -> Callable[[], Any]:
         """``call`` (the handler), then its result kept and a chain's next step queued."""
@@ -89,6 +132,8 @@ class Flow:
                     f"message {self.message_id} is a member of chord {self.member.group_id}, "
                     "and this app has no status store to count it in: App(status=...)"
                 )
+            if self.run_lease is not None and not await self._take_run():
+                return  # succeeded before (the chord published twice): counted below
             result = await call()
             if self.chords is not None:  # kept only with a status store (else ignored)
                 data = wire.encode_result(result)
@@ -128,6 +173,9 @@ class Flow:
         member, chords = self.member, self.chords
         if member is None or chords is None:
             return
+        if self.holds_run:  # before the mark: a copy that finds it sent skips the handler
+            await chords.sent(member.group_id, wire.run_kind(member.index))
+            self.holds_run = False
         done = await chords.mark(member.group_id, member.index, self.message_id)
         if done >= member.total:
             await self.send_once(wire.THEN, member.then)
@@ -253,14 +301,25 @@ class WorkflowStage:
         if flow is None:
             return await call_next(job)
         job.flow = flow
+        handler = job.handler
+        if flow.member is not None and handler is not None and handler.idempotency is None:
+            flow.run_once(lease_for(handler.timeout))  # the chord store keeps it once
         job.wrap_call(flow.wrap)
         started = time.perf_counter()
-        outcome = await call_next(job)
+        try:
+            outcome = await call_next(job)
+        except BaseException:
+            with contextlib.suppress(BaseException):  # best effort: else its lease ends it
+                await asyncio.shield(flow.release_run())
+            raise
         if outcome.decision is ACK:
             try:  # count a chord member; its callback once complete
                 await flow.succeeded()
             except Exception as failure:
+                await flow.release_run()  # not recorded as run: its retry runs it again
                 return job.fail(failure, time.perf_counter() - started)
-        elif isinstance(outcome.decision, DeadLetter):
-            await flow.dead_lettered()
+        else:
+            await flow.release_run()
+            if isinstance(outcome.decision, DeadLetter):
+                await flow.dead_lettered()
         return outcome

@@ -16,6 +16,7 @@ sends the same message ids (:func:`member_id`, :func:`callback_id`).
 
 from __future__ import annotations
 
+import hashlib
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -40,6 +41,7 @@ MAX_RESULT_BYTES = 16 * 1024
 at most ``MAX_MEMBERS * MAX_RESULT_BYTES`` (16 MiB)."""
 THEN = "then"
 FAILURE = "failure"
+SHAPE = "shape"  # the claim kind that records what a workflow id names (register)
 
 # What a claim on a chord's callback (or on_failure) found; its token is
 # ``<member index>/<nonce>``, a nonce per delivery (:func:`claim_token`).
@@ -76,6 +78,31 @@ def callback_id(workflow_id: str, kind: str = THEN) -> str:
     """The ``message_id`` of a chord's callback (``kind`` :data:`THEN`) or of its
     ``on_failure`` message (:data:`FAILURE`): the same for every member that sends it."""
     return uuid.uuid5(_NAMESPACE, f"{workflow_id}/{kind}").hex
+
+
+def shape(kind: str, members: Sequence[Step], then: Step | None, on_failure: Step | None) -> str:
+    """What tells two workflows under one id apart (pure): a digest of the kind, every
+    member (type and body, in order), the callback and ``on_failure``, then a
+    description for a person (``chord of 3 members, then payment.receipt``)."""
+    value = [kind, [list(m) for m in members], then and list(then), on_failure and list(on_failure)]
+    digest = hashlib.sha256(orjson.dumps(value)).hexdigest()[:32]
+    what = f"{kind} of {len(members)} member{'s' if len(members) != 1 else ''}"
+    if then is not None:
+        what += f", then {then[0]}"
+    if on_failure is not None:
+        what += f", on_failure {on_failure[0]}"
+    return f"{digest} {what}"
+
+
+def same_shape(a: str, b: str) -> bool:
+    """Whether two :func:`shape` values are one workflow's (their digests are equal)."""
+    return a.partition(" ")[0] == b.partition(" ")[0]
+
+
+def run_kind(index: int) -> str:
+    """The claim kind of member ``index``'s run (a chord member without an idempotency
+    store runs once per chord: :class:`~rabbitq.workflow.steps.Flow`)."""
+    return f"run:{index}"
 
 
 def claim_token(index: int) -> str:

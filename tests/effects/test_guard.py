@@ -148,12 +148,16 @@ async def test_a_store_outage_is_a_failed_attempt_and_the_handler_does_not_run(
 
 async def test_a_cancelled_handler_still_releases_its_key(make_store) -> None:
     store = make_store()
+    started = asyncio.Event()
 
     async def slow():
+        started.set()
         await asyncio.sleep(30)
 
     task = asyncio.create_task(run_once(effects_for(store), slow, Sent(), lease=30))
-    await asyncio.sleep(0.2)
+    # Cancelled in the handler, not in its claim (a first claim opens the pool and
+    # creates the table: more than 0.2 s on a loaded machine).
+    await asyncio.wait_for(started.wait(), 30)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task

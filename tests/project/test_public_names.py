@@ -32,6 +32,7 @@ PUBLIC_PACKAGES = (
     "crypto",
     "dlq",
     "effects",
+    "payloads",
     "ladder",
     "ratelimit",
     "schedule",

@@ -85,7 +85,7 @@ async def test_a_refused_copy_holds_the_message_until_the_queue_takes_it(monkeyp
     )
     await s.store("q.dlq", b"", Basic.Properties())
     assert calls == ["pause", "renew", "renew", "resume"]
-    assert events.held[0][0] == 1 and "q.dlq refused the copy" in (events.held[0][1] or "")
+    assert events.held[0][0] == 1 and "the copy to q.dlq" in (events.held[0][1] or "")
     assert events.held[-1] == (0, None)
     why = f"holding messages of q: {events.held[0][1]}"
     assert events.consumer.paused == [("copies_held", why)]
@@ -104,3 +104,27 @@ async def test_an_interrupted_copy_is_raised_for_the_worker_to_return_the_messag
     with pytest.raises(PublishInterrupted):
         await s.store("q.retry.1s", b"", Basic.Properties())
     assert calls == []
+
+
+def test_a_nack_from_a_queue_with_a_length_limit_is_worded_full() -> None:
+    reason = copies.nack_reason("q.dlq", {"x-max-length": 10, "x-overflow": "reject-publish"})
+    assert reason == "q.dlq refused the copy (full: its length limit)"
+
+
+def test_a_nack_from_a_queue_without_a_length_limit_is_not_worded_full() -> None:
+    """A quorum DLQ without a reachable leader nacks (a partition, issue #33): not full."""
+    reason = copies.nack_reason("q.dlq", {"x-queue-type": "quorum", "x-overflow": "reject-publish"})
+    assert "full" not in reason and "length limit" in reason
+    assert reason.startswith("the broker did not store the copy to q.dlq")
+    assert "no quorum leader reachable?" in reason
+    unknown = copies.nack_reason("elsewhere", None)  # not a queue the app declares
+    assert "the broker did not store the copy to elsewhere" in unknown
+    assert "no quorum leader reachable?" in unknown
+
+
+async def test_a_held_copy_says_what_is_known_of_its_queue(monkeypatch):
+    s, calls, sent, events = store(monkeypatch, [PublishNacked("nack"), None])
+    s.arguments = {"q.dlq": {"x-queue-type": "quorum", "x-overflow": "reject-publish"}}
+    await s.store("q.dlq", b"", Basic.Properties())
+    assert "(full" not in (events.held[0][1] or "")
+    assert "no quorum leader reachable?" in (events.held[0][1] or "")

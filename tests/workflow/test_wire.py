@@ -140,3 +140,20 @@ async def test_without_a_status_store_a_result_is_ignored_whatever_it_is():
     headers = {h.GROUP: "c", wire.CHAIN: wire.encode_chain([wire.step_of(Step(n=2))])}
     assert (await deliver(app, Step(n=1), headers=headers)).acked
     assert (await deliver(app, Step(n=1))).acked
+
+
+def test_a_workflow_shape_tells_two_workflows_under_one_id_apart():
+    a, b = ("t.capture", {"item": 1}), ("t.capture", {"item": 2})
+    then, fail = ("t.receipt", {"order": "o"}), ("t.alert", {"order": "o"})
+    three = wire.shape("chord", [a, b, a], then, fail)
+    assert wire.same_shape(three, wire.shape("chord", [a, b, a], then, fail))
+    assert three.endswith(" chord of 3 members, then t.receipt, on_failure t.alert")
+    others = [
+        wire.shape("chord", [a, b, a, b, a], then, fail),  # more members
+        wire.shape("chord", [a, b, b], then, fail),  # another body
+        wire.shape("chord", [a, b, a], ("t.other", {}), fail),  # another callback
+        wire.shape("chord", [a, b, a], then, None),
+        wire.shape("group", [a, b, a], None, None),
+    ]
+    assert not any(wire.same_shape(three, other) for other in others)
+    assert wire.shape("chain", [a], None, None).endswith(" chain of 1 member")
