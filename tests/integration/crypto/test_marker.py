@@ -244,3 +244,41 @@ async def test_a_chain_s_later_steps_travel_encrypted(make_app, connection):
     assert "rabbitq-chain" in headers and marker.encode() not in body + _dump(headers)
     async with running(Worker(app)):
         await wait_for(lambda: receipts == [marker], timeout=30)
+
+
+async def test_an_encrypted_app_s_large_payload_is_ciphertext_in_its_blob_store(
+    make_app, connection
+):
+    from rabbitq.payloads import PostgresBlobs
+
+    marker = f"MARK{uuid.uuid4().hex}"
+    prefix = f"t_{uuid.uuid4().hex[:8]}_"
+    blobs = PostgresBlobs(PG_URL, above=1024, prefix=prefix)
+    app = make_app(encryption=Keyring({"k2": K2}), large_payloads=blobs)
+    seen: list[str] = []
+
+    @app.handler(Pay)
+    async def pay(msg: Pay) -> None:
+        seen.append(msg.card)
+
+    big = marker + "x" * 20_000
+    try:
+        async with running(Worker(app)):
+            pass  # declared
+        async with app.publisher() as pub:
+            await pub.publish(Pay(card=big, kind="big"))
+        waiting = await _peek(connection, [app.topology().main.name])
+        assert len(waiting) == 1
+        _, body, headers = waiting[0]
+        assert len(body) < 1024 and marker.encode() not in body + _dump(headers)
+        async with await psycopg.AsyncConnection.connect(PG_URL, autocommit=True) as conn:
+            cur = await conn.execute(
+                psycopg.sql.SQL("SELECT * FROM {}").format(psycopg.sql.Identifier(f"{prefix}blobs"))
+            )
+            rows = await cur.fetchall()
+        assert rows and marker.encode() not in _dump(list(rows))  # the blob is ciphertext
+        async with running(Worker(app)):
+            await wait_for(lambda: seen == [big], timeout=30)
+    finally:
+        await blobs.close()
+        await drop_tables(prefix)
