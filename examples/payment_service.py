@@ -24,6 +24,14 @@ or one capture by hand (the amount is a string: a JSON number is a binary float)
         '{"payment_id": "6f1c3a52-4a8e-4ab7-9d6e-2f5b8c1e9a10",
           "amount": "49.90", "currency": "EUR"}'
 
+The app is encrypted (docs/privacy.md): amounts and payment ids are AES-GCM ciphertext
+in every queue, in the DLQ and in the outbox table, and so is the text of a failure.
+Its keys come from ``$PAYMENTS_KEYS`` (``ID=KEY,...``, the first current; make one with
+``rabbitq keys generate``); without it, a development key that is written below, so
+anything it encrypted is readable by anyone with this file: set your own in production.
+``rabbitq dlq show example-payments ID --app examples.payment_service:app`` shows a
+dead capture in clear.
+
 Delivery is at-least-once; the capture happens once, with no store written by hand
 (docs/effects.md):
 
@@ -59,6 +67,7 @@ import psycopg
 from pydantic import AfterValidator, AwareDatetime, BeforeValidator, Field
 
 from rabbitq import App, Context, Message, PermanentError, PublishError, RabbitqError, RetryPolicy
+from rabbitq.crypto import Keyring
 from rabbitq.effects import Outbox, PostgresStore
 
 log = logging.getLogger("examples.payment_service")
@@ -66,6 +75,10 @@ log = logging.getLogger("examples.payment_service")
 # The examples' own exchange, apart from the tutorial's (and any app's) "rabbitq";
 # the tests run the module-level apps on an exchange of their own through it.
 EXCHANGE = os.environ.get("EXAMPLES_EXCHANGE", "examples")
+
+# DEVELOPMENT ONLY: a published key protects nothing. Production sets $PAYMENTS_KEYS.
+DEV_KEYS = "dev-2026=ZGV2ZWxvcG1lbnQtb25seS1rZXktcHVibGlzaGVkISE="
+KEYS = Keyring.from_env("PAYMENTS_KEYS", default=DEV_KEYS)  # both apps below use it
 
 CENT = Decimal("0.01")
 MAX_AMOUNT = Decimal("1000000.00")  # larger captures go through a reviewed flow
@@ -224,9 +237,11 @@ def create_app(
     gateway: PaymentGateway | None = None,
     retry: RetryPolicy = CAPTURE_RETRY,
     timeout: float = CAPTURE_TIMEOUT,
+    keys: Keyring | None = None,
 ) -> App:
     """The payment service on the database ``db`` (default ``$PAYMENTS_DB``, else the
-    examples' own database). Tests pass their own names, table prefix, gateway and timings."""
+    examples' own database), encrypted with ``keys`` (default ``$PAYMENTS_KEYS``, else
+    the development key). Tests pass their own names, table prefix, gateway and timings."""
     dsn = db or os.environ.get("PAYMENTS_DB", DEFAULT_DB)
     # Quorum queues are replicated (Raft) and dead-letter at-least-once: a capture
     # request survives the loss of a broker node, and not even the broker's own
@@ -240,6 +255,7 @@ def create_app(
         queue_type="quorum",
         # One pooled connection per handler in flight: each holds one for its transaction.
         idempotency=PostgresStore(dsn, prefix=prefix, pool_size=16),
+        encryption=keys or KEYS,
     )
     Outbox(dsn, app=app, prefix=prefix)  # payment.captured, sent by `rabbitq outbox relay`
     client: PaymentGateway = gateway if gateway is not None else SandboxGateway()
@@ -288,7 +304,8 @@ app = create_app()
 # A service that consumes the announcement: the relay publishes ``payment.captured``
 # mandatory, so until a queue is bound to it each outbox row waits (and the relay says
 # so). ``rabbitq worker examples.payment_service:receipts`` (or ``rabbitq topology``) binds it.
-receipts = App(queue="example-receipts", exchange=EXCHANGE, prefetch=16)
+# It reads the payment service's encrypted messages: it holds the same key ring.
+receipts = App(queue="example-receipts", exchange=EXCHANGE, prefetch=16, encryption=KEYS)
 
 
 @receipts.handler(PaymentCaptured)

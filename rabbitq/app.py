@@ -14,7 +14,7 @@ from types import EllipsisType
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ._amqp.lanes import WHOLE, check_priorities, with_priority_step
-from ._amqp.outgoing import PublishStep, add_step
+from ._amqp.outgoing import PublishStep
 from ._amqp.partition_plan import plan_app
 from ._amqp.partitions import check_partitions, partition_queue
 from ._amqp.publisher import DEFAULT_TIMEOUT as DEFAULT_PUBLISH_TIMEOUT
@@ -26,6 +26,7 @@ from .batch import DEFAULT_MAX_SIZE, DEFAULT_MAX_WAIT, BatchLimits
 from .breaker import Breaker
 from .cancellation.cancel import cancel as cancel_messages
 from .cancellation.stage import cancel_stage
+from .crypto import Keyring, encrypted, read_result
 from .errors import ConfigurationError
 from .handler import (
     DEFAULT_MAX_BODY_SIZE,
@@ -47,7 +48,7 @@ from .handler import (
 )
 from .job import Middleware, Stage, add_stage, check_middleware
 from .message import Message
-from .payloads.steps import Fetch, Offload
+from .payloads.steps import with_blobs
 from .payloads.store import BlobStore
 from .ratelimit.gate import RateBackend
 from .retry import RetryPolicy
@@ -61,7 +62,6 @@ from .status.recorder import StatusTracing
 from .status.writer import StatusWriter
 from .tracing.base import NO_TRACING, Tracing
 from .unique.setup import with_keys
-from .workflow.chords import read_result
 
 if TYPE_CHECKING:
     from .cancellation.model import CancelReport
@@ -108,6 +108,8 @@ class App:
     chords' too; an ``idempotency`` or ``status`` given as well wins for its kind.
     ``middleware``: the app's own stages, run for every decoded delivery before its
     handler, in the worker and in ``rabbitq.testing`` (docs/middleware.md).
+    ``encryption``: a :class:`~rabbitq.crypto.Keyring`; bodies and failure texts are
+    encrypted with its current key, read with any of its keys (docs/privacy.md).
     ``large_payloads`` (a :class:`~rabbitq.payloads.PostgresBlobs` or ``S3Blobs``) keeps
     bodies above its ``above`` size out of the broker (docs/payloads.md).
     ``priorities=N``: ``publish(msg, priority=k)``, 0 to N-1, by weight (docs/control.md).
@@ -137,6 +139,7 @@ class App:
         partitions: int = 0,
         middleware: Sequence[Middleware] = (),
         backend: Backend | None = None,
+        encryption: Keyring | None = None,
         large_payloads: BlobStore | None = None,
         priorities: int = 0,
         cancellable: bool = False,
@@ -173,10 +176,11 @@ class App:
         # its decode), in their fixed order (amqp.outgoing.add_step, job.add_stage).
         self.publish_steps: tuple[PublishStep, ...] = ()
         self.delivery_stages: tuple[Stage, ...] = ()
+        self.encryption = encryption  # docs/privacy.md
+        if encryption is not None:
+            self.publish_steps, self.delivery_stages = encrypted(self, encryption)
         self.large_payloads = large_payloads  # docs/payloads.md
-        if large_payloads is not None:
-            self.publish_steps = add_step(self.publish_steps, Offload(large_payloads))
-            self.delivery_stages = add_stage(self.delivery_stages, Fetch(large_payloads))
+        self.publish_steps, self.delivery_stages = with_blobs(self, large_payloads)
         if cancellable:  # docs/control.md, "Cancel"
             cancel = cancel_stage(backend, idempotency, status)
             self.delivery_stages = add_stage(self.delivery_stages, cancel)
@@ -361,7 +365,7 @@ class App:
     async def result(self, message_id: str) -> Any:
         """What ``message_id``'s handler returned (JSON), kept in the app's status store;
         None if nothing is kept (docs/workflows.md). ConfigurationError without one."""
-        return await read_result(self, self.status_writer, message_id)
+        return await read_result(self, message_id)
 
     def resolved_url(self, override: str | None = None) -> str:
         """The URL to connect to: ``override``, else the app's, else ``$RABBITQ_URL``."""

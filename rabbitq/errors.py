@@ -215,6 +215,7 @@ EXTRAS: dict[str, str] = {
     "python_multipart": "console",
     "uvloop": "uvloop",
     "watchfiles": "reload",
+    "cryptography": "encryption",
     "boto3": "s3",
 }
 """Top-level module name -> the extra that installs it."""

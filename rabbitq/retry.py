@@ -36,8 +36,10 @@ INVALID = "invalid"
 UNKNOWN_TYPE = "unknown-type"
 REASONS = (EXHAUSTED, PERMANENT, INVALID, UNKNOWN_TYPE)
 BLOCKED = "blocked"  # behind a dead letter of its ordered key (on_dead="block")
-DLQ_REASONS = (*REASONS, BLOCKED)
-"""Every reason rabbitq writes (``blocked`` only for ordered handlers: docs/ordering.md)."""
+UNDECRYPTABLE = "undecryptable"  # an encrypted app's key unknown or tag failed
+DLQ_REASONS = (*REASONS, BLOCKED, UNDECRYPTABLE)
+"""Every reason rabbitq writes (``blocked`` only for ordered handlers: docs/ordering.md;
+``undecryptable`` only for encrypted apps: docs/privacy.md)."""
 
 # Far above any sane number of attempts; a larger header value is treated as this.
 _MAX_ATTEMPT = 1_000_000

@@ -14,6 +14,7 @@ validates itself (:func:`deaths`).
 
 from __future__ import annotations
 
+import re
 import traceback as _traceback
 from collections.abc import Mapping
 from datetime import UTC, datetime
@@ -34,6 +35,7 @@ REPLAYED = "rabbitq-replayed"
 UNBLOCK = "rabbitq-unblock"  # on a replayed copy: lift its ordered key's block (operator's)
 GROUP = "rabbitq-group"
 CALLBACK_OF = "rabbitq-callback-of"
+KEY_ID = "rabbitq-key-id"  # the key an encrypted body is under (docs/privacy.md)
 DEATHS = "rabbitq-deaths"
 """Where the message was dead-lettered by the broker, most recent first: a list of
 ``{queue, reason, count, time?}`` tables (at most :data:`MAX_DEATHS`)."""
@@ -41,6 +43,10 @@ GROUP = "rabbitq-group"
 CALLBACK_OF = "rabbitq-callback-of"
 UNIQUE_KEY = "rabbitq-unique-key"  # publish(unique_for=): the key it holds (docs/control.md)
 DEBOUNCE_KEY = "rabbitq-debounce-key"  # publish(debounce=): its burst's key
+
+SEALED_TEXT = re.compile(r"enc:([A-Za-z0-9_.-]{1,32}):([A-Za-z0-9_-]+=*)")
+"""An encrypted text inside a header value (an encrypted app's error, traceback, chain:
+``enc:KEY_ID:BASE64URL``, written by :mod:`rabbitq.crypto.codec`)."""
 
 MAX_ERROR_BYTES = 1024
 MAX_TRACEBACK_BYTES = 8192
@@ -60,6 +66,11 @@ def truncate_utf8(text: str, limit: int, *, keep: str = "head") -> str:
     if keep == "tail":
         return "…" + raw[-budget:].decode("utf-8", "ignore")
     return raw[:budget].decode("utf-8", "ignore") + "…"
+
+
+def described(text: str) -> str:
+    """``text`` with each encrypted part shown as ``encrypted (key K)`` (pure)."""
+    return SEALED_TEXT.sub(lambda m: f"encrypted (key {m[1]})", text)
 
 
 def format_error(exc: BaseException) -> str:

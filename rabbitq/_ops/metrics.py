@@ -100,7 +100,8 @@ class Metrics(BatchSeries, OrderingSeries, Hooks):
         )
         self.dead_letters = Counter(
             "rabbitq_dead_letters_total",
-            "Confirmed dead-letter copies, by reason: exhausted, permanent, invalid, unknown-type.",
+            "Confirmed dead-letter copies, by reason: exhausted, permanent, invalid, unknown-type, "
+            "blocked, undecryptable.",
             ["queue", "type", "reason"],
             registry=r,
         )

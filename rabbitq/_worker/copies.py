@@ -40,8 +40,10 @@ from typing import Any
 from aio_pika.abc import AbstractChannel
 from pamqp.commands import Basic
 
+from .._amqp import headers as h
 from .._amqp.confirm import send_confirmed
 from .._amqp.topology import Topology
+from ..crypto.stages import EncryptedFailure
 from ..errors import PublishInterrupted, PublishNacked, RetryLater, Unroutable
 from ..hooks import UNKNOWN, UNROUTABLE_COPY, Hooks
 from ..outcome import DeadLetter, Outcome, Retry, delay_label
@@ -183,7 +185,7 @@ def report_copied(
             f"{delay_label(decision.delay_ms)} (delay ladder)"
             if decision.ladder
             else decision.label,
-            outcome.error,
+            _shown_error(outcome.error),
             exc_info=_shown_failure(outcome),
         )
         hooks.retried(queue, outcome.type_name, decision.label, outcome.duration)
@@ -196,10 +198,16 @@ def report_copied(
             target,
             decision.reason,
             f": attempt {outcome.attempt} failed{_took(outcome)}" if outcome.failure else "",
-            outcome.error,
+            _shown_error(outcome.error),
             exc_info=_shown_failure(outcome),
         )
         hooks.dead_lettered(queue, outcome.type_name, decision.reason, outcome.duration)
+
+
+def _shown_error(error: str | None) -> str | None:
+    """An encrypted app's error as the log shows it: ``ValueError: encrypted (key k2)``
+    (its text only at DEBUG, where the exception itself is logged)."""
+    return h.described(error) if error is not None and "enc:" in error else error
 
 
 def _took(outcome: Outcome) -> str:
@@ -213,7 +221,7 @@ def _shown_failure(outcome: Outcome) -> BaseException | None:
     first attempt (once per message) and on every attempt when debugging; None for a
     RetryLater (not a failure) and otherwise, so that nothing is formatted."""
     failure = outcome.failure
-    if failure is None or isinstance(failure, RetryLater):
+    if failure is None or isinstance(failure, RetryLater | EncryptedFailure):
         return None
     return failure if outcome.attempt == 1 or log.isEnabledFor(logging.DEBUG) else None
 

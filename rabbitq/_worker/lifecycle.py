@@ -4,12 +4,10 @@ delivery safely with the broker.
 The order of operations is the guarantee: a retry or DLQ copy is published and
 *confirmed* before the original is acked; if the copy cannot be confirmed the original
 is returned to the queue (nack, requeue). A lost connection leaves every unacked
-delivery to the broker, which redelivers it. Nothing is acked that is not safe.
-Acks are coalesced into multiple-acks by :mod:`rabbitq._worker.acks`, which is handed a
-delivery only once its outcome is safe.
-
-The worker only wires: :class:`~rabbitq._worker.consumer.Consumer` owns the consumer,
-why it is paused and the readiness that follows; :class:`~rabbitq._worker.copies.CopyStore`
+delivery to the broker, which redelivers it. Nothing is acked that is not safe. Acks
+are coalesced by :mod:`rabbitq._worker.acks`, handed a delivery once its outcome is
+safe. The worker only wires: :class:`~rabbitq._worker.consumer.Consumer` owns the
+consumer, why it is paused and its readiness; :class:`~rabbitq._worker.copies.CopyStore`
 stores copies; :class:`~rabbitq._worker.keeper.Keeper` keeps the topology.
 """
 
@@ -29,6 +27,8 @@ from .._amqp.blocked import BlockedWatch
 from .._amqp.connection import connect
 from .._amqp.topology import Topology, declare
 from ..app import App
+from ..crypto.codec import cipher_of
+from ..crypto.results import sealed_chords
 from ..effects.followups import FollowUp
 from ..effects.sender import send_follow_ups
 from ..effects.store import close_stores
@@ -38,7 +38,6 @@ from ..job import Job, Next
 from ..outcome import REQUEUE, Outcome
 from ..settings import TLS, Settings, redact_url
 from ..tracing.base import NO_DELIVERY
-from ..workflow.chords import chord_store
 from . import consumer_args
 from .acks import Acker
 from .admission import Admission
@@ -105,8 +104,7 @@ class Worker:
         self.topology: Topology = app.topology()
         self._handlers = app.handlers
         self._queue_name = app.queue
-        # where chord members are counted and results kept (App(status=...); workflow/)
-        self._chords = chord_store(app.status_writer.store) if app.status_writer else None
+        self._chords = sealed_chords(app)  # members counted, results kept (App(status=...))
         self._executor = HandlerPool(
             sync_workers or self.prefetch,
             abandoned=functools.partial(report_abandoned, self.hooks, self._queue_name),
@@ -396,4 +394,7 @@ class Worker:
     async def _send_follow_ups(self, follow_ups: Sequence[FollowUp]) -> None:
         """Publish a succeeded handler's follow-ups, confirmed, before its ack."""
         assert (channel := self.keeper.copy_channel) is not None
-        await send_follow_ups(channel, self.app.exchange, follow_ups, self.hooks, self.app.tracing)
+        app, cipher = self.app, cipher_of(self.app)  # an encrypted app's follow-ups: sealed
+        await send_follow_ups(
+            channel, app.exchange, follow_ups, self.hooks, app.tracing, cipher=cipher
+        )

@@ -19,6 +19,7 @@ from . import (
     dlq,
     doctor,
     effects,
+    keys,
     outbox_rows,
     publish,
     purge,
@@ -61,6 +62,7 @@ effects.outbox.add_command(outbox_rows.discard_rows)
 main.add_command(doctor.doctor)
 main.add_command(status.status)
 main.add_command(cancel.cancel)
+main.add_command(keys.keys)
 main.add_command(console)
 main.add_command(version.version)
 main.add_command(blobs.blobs)

@@ -13,17 +13,19 @@ from typing import Any
 import click
 
 from .. import dlq as ops
-from ..errors import DlqError
+from ..crypto.view import reveal
 from ..settings import TLS
 from . import dlq_view as view
 from .common import friendly_errors, tls_options, url_option
 from .dlq_options import (
     app_option,
     app_seams,
+    by_id_or_prefix,
     filter_options,
     filters_from,
     finish,
     json_lines_option,
+    key_option,
     limit_option,
     plain_console,
     report_interruption,
@@ -86,35 +88,16 @@ def list_(
     console.print(view.message_table(found, title, width=console.width))
 
 
-def by_id_or_prefix(
-    messages: list[ops.DeadMessage], wanted: str, queue: str
-) -> list[ops.DeadMessage]:
-    """The messages whose id is ``wanted``, else those whose id starts with it if they
-    all share one id; an error that names the candidates if they do not (pure)."""
-    exact = [m for m in messages if m.message_id == wanted]
-    if exact:
-        return exact
-    matching = [m for m in messages if wanted and (m.message_id or "").startswith(wanted)]
-    ids = sorted({m.message_id or "" for m in matching})
-    if not ids:
-        raise DlqError(
-            f"no message with message_id {wanted!r} (or starting with it) in "
-            f"{ops.resolve_dlq(queue)!r} (see 'rabbitq dlq list {queue}')"
-        )
-    if len(ids) > 1:
-        shown = ", ".join(ids[:5]) + (f" and {len(ids) - 5} more" if len(ids) > 5 else "")
-        raise DlqError(f"{wanted!r} is ambiguous: {len(ids)} message ids start with it: {shown}")
-    return matching
-
-
 @dlq.command()
 @click.argument("queue")
 @click.argument("message_id", metavar="MESSAGE_ID|PREFIX")
+@key_option
 @json_lines_option
 @url_option
 @tls_options
 @friendly_errors
-def show(queue: str, message_id: str, as_json: bool, url: str | None, tls: TLS | None) -> None:
+def show(queue: str, message_id: str, cipher: Any, as_json: bool, url: str | None,
+         tls: TLS | None) -> None:  # fmt: skip
     """Show one dead message: properties, headers, body and traceback.
 
     MESSAGE_ID may be the first characters of the id, if only one message's id starts
@@ -122,11 +105,11 @@ def show(queue: str, message_id: str, as_json: bool, url: str | None, tls: TLS |
     sent to the terminal. The DLQ is left as it was. Examples:
 
     \b
-        rabbitq dlq show emails 6f1c0e2a
         rabbitq dlq show emails 6f1c0e2a --json
+        rabbitq dlq show payments 6f1c0e2a --app myservice:app   # decrypted
     """
     everything = run_call(url, tls, lambda c: ops.list_messages(queue, url=url, connection=c))
-    found = by_id_or_prefix(everything, message_id, queue)
+    found = [reveal(m, cipher) for m in by_id_or_prefix(everything, message_id, queue)]
     console = plain_console()
     for m in found:
         if as_json:

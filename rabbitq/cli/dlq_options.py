@@ -17,7 +17,7 @@ from rich.console import Console
 from .. import dlq as ops
 from .._amqp.connection import connect_once
 from ..dlq.operations import Released
-from ..errors import DlqInterrupted
+from ..errors import DlqError, DlqInterrupted
 from ..loader import load_app
 from ..payloads.steps import blobs_released
 from ..retry import DLQ_REASONS as REASONS
@@ -201,3 +201,44 @@ def app_seams(
         return None, None, None
     blobs = blobs_released(app.large_payloads) if app.large_payloads else None
     return app.tracing, blobs, key_release(app)
+
+
+def _cipher_of_app(_ctx: click.Context, _param: click.Parameter, spec: str | None) -> Any:
+    """``--app MODULE:APP``: that app's cipher (None: not given, or not encrypted)."""
+    if spec is None:
+        return None
+    from ..crypto.codec import cipher_of
+
+    return cipher_of(load_app(spec))
+
+
+key_option = click.option(
+    "--app",
+    "cipher",
+    metavar="MODULE:APP",
+    callback=_cipher_of_app,
+    help="Decrypt with this app's key ring (App(encryption=...)); without it an encrypted "
+    "body or error shows as 'encrypted (key K)'.",
+)
+"""``show``'s ``--app``: read an encrypted app's messages in clear (docs/privacy.md)."""
+
+
+def by_id_or_prefix(
+    messages: list[ops.DeadMessage], wanted: str, queue: str
+) -> list[ops.DeadMessage]:
+    """The messages whose id is ``wanted``, else those whose id starts with it if they
+    all share one id; an error that names the candidates if they do not (pure)."""
+    exact = [m for m in messages if m.message_id == wanted]
+    if exact:
+        return exact
+    matching = [m for m in messages if wanted and (m.message_id or "").startswith(wanted)]
+    ids = sorted({m.message_id or "" for m in matching})
+    if not ids:
+        raise DlqError(
+            f"no message with message_id {wanted!r} (or starting with it) in "
+            f"{ops.resolve_dlq(queue)!r} (see 'rabbitq dlq list {queue}')"
+        )
+    if len(ids) > 1:
+        shown = ", ".join(ids[:5]) + (f" and {len(ids) - 5} more" if len(ids) > 5 else "")
+        raise DlqError(f"{wanted!r} is ambiguous: {len(ids)} message ids start with it: {shown}")
+    return matching

@@ -30,6 +30,7 @@ from rich.table import Table
 from rich.text import Text
 
 from .._amqp import headers as h
+from ..crypto.view import reveal, shown_body
 from ..dlq import DeadMessage, Tally
 from ..dlq import file as dlq_file
 from ..dlq.text import ERROR_WIDTH, body_text, escape, shorten, value_text
@@ -70,7 +71,7 @@ def message_table(messages: Iterable[DeadMessage], title: str, width: int = 80) 
     now = datetime.now(UTC)
     rows: list[dict[str, str]] = []
     for m in messages:
-        row = m.summary(now)
+        row = reveal(m, None).summary(now)  # an encrypted error: "encrypted (key K)"
         failed = m.failed_at
         rows.append(
             {
@@ -147,7 +148,7 @@ def message_detail(m: DeadMessage) -> Group:
     for key, value in sorted(m.headers.items()):
         if key != h.TRACEBACK:
             headers.add_row(Text(escape(key)), Text(value_text(value)))
-    kind, text = body_text(m.body)
+    kind, text = shown_body(m) or body_text(m.body)
     parts: list[Any] = [facts, props, headers, Panel(Text(text), title=f"body ({kind})")]
     if m.traceback:
         parts.append(Panel(Text(escape(m.traceback, multiline=True)), title="traceback"))
@@ -167,13 +168,14 @@ def tally_text(t: Tally) -> str:
         "purge": "would delete" if t.dry_run else "deleted",
         "export": "exported",
         "import": "imported",
+        "rewrap": "moved under the current key",
     }.get(t.operation, "done")
     into = [q for q in t.into if q != t.queue]
     parts = [f"{done} {t.done}" + (f" into {', '.join(into)}" if into else "")]
     if t.operation != "import":
         parts.append(f"skipped {t.skipped} (not matching, left in {t.queue})")
     parts.append(f"failed {t.failed}")
-    if t.operation in ("replay", "import"):
+    if t.operation in ("replay", "import", "rewrap"):
         parts.append(f"possible duplicates {t.possible_duplicates}")
     text = f"{t.operation} {t.queue}: " + ", ".join(parts) + f" in {t.elapsed:.1f}s"
     for why, count in sorted(t.failures.items()):

@@ -9,6 +9,8 @@ import click
 import orjson
 
 from ..app import App
+from ..crypto.codec import cipher_of, shown_text
+from ..crypto.view import reveal_tree
 from ..dlq.text import escape
 from ..errors import ConfigurationError, RabbitqError
 from ..loader import load_app
@@ -33,9 +35,7 @@ async def _read(app: App, message_id: str) -> MessageStatus | GroupStatus | None
 @url_option
 @tls_options
 @friendly_errors
-def status(
-    app_spec: str, message_id: str, as_json: bool, url: str | None, tls: TLS | None
-) -> None:
+def status(app_spec: str, message_id: str, as_json: bool, url: str | None, tls: TLS | None) -> None:
     """Show what happened to a message: its state, attempts and history, from the
     app's status store (App(status=...)). Given a workflow's group id: its members
     by state, its callback's state, and the members that have not succeeded first.
@@ -62,12 +62,13 @@ def status(
             f"no status for message or group {message_id!r} in {app.status_writer.store!r} "
             "(unknown, or older than the store's retention)"
         )
+    cipher = cipher_of(app)  # an encrypted app's errors: decrypted (docs/privacy.md)
     if as_json:
-        click.echo(orjson.dumps(found.to_json()).decode())
+        click.echo(orjson.dumps(reveal_tree(found.to_json(), message_id, cipher)).decode())
         return
     if isinstance(found, GroupStatus):
         lines = group_lines(found)
     else:
-        lines = history_lines(found)
+        lines = [shown_text(line, message_id, cipher) for line in history_lines(found)]
     # ids and errors come from producers: their control characters written as escapes
     click.echo("\n".join(escape(line) for line in lines))

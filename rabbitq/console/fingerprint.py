@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from .._amqp import headers as h
 from ..dlq.message import DeadMessage
 
 # Order matters: the specific shapes first, bare numbers last.
@@ -55,8 +56,9 @@ def normalise(text: str) -> str:
 
 def fingerprint(error: str | None) -> tuple[str, str]:
     """``(id, label)``: a short stable id and the readable normalised form
-    (``ValueError: bad amount <n>``) of an error text."""
-    kind, text = split_error(error)
+    (``ValueError: bad amount <n>``) of an error text; an encrypted app's error is
+    grouped by its type and key (``ValueError: encrypted (key k2)``)."""
+    kind, text = split_error(None if error is None else h.described(error))
     label = f"{kind}: {normalise(text)}" if kind else (normalise(text) or NO_ERROR)
     digest = hashlib.sha256(label.encode("utf-8", "surrogatepass")).hexdigest()[:12]
     return digest, label

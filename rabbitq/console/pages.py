@@ -21,6 +21,7 @@ HERE = Path(__file__).parent
 templates = Jinja2Templates(directory=str(HERE / "templates"))
 templates.env.filters["when"] = views.when
 templates.env.filters["rate"] = views.rate_text
+templates.env.filters["described"] = views.described  # encrypted texts: "encrypted (key K)"
 templates.env.finalize = views.shown  # control characters as escapes, in every field
 
 

@@ -22,6 +22,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from .. import dlq
+from ..crypto.view import reveal
 from ..errors import DlqError, RabbitqError
 from ..unique.release import key_release
 from . import cancel_page, views
@@ -168,6 +169,8 @@ async def message(request: Request) -> Response:
         )
     m = found[0]
     snap = state.snapshots.add(queue, dlq.Filters(), [m.key])
+    target = state.target(queue)
+    m = reveal(m, target.cipher if target is not None else None)  # shown, never moved
     history = await histories(state.config.statuses, m.message_id) if m.message_id else []
     return render(
         request, "message.html", queue=queue, m=m, s=views.message_sections(m), snapshot=snap,

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..cancellation.cancel import can_cancel
+from ..crypto.codec import cipher_of, shown_text
 from ..dlq.text import escape
 from ..status.group import GroupStatus
 from ..status.lookup import lookup, message_status
@@ -78,20 +79,21 @@ async def search(
         elif status is None:
             found.append(HistoryView(label, False, cancellable=can, message_id=key))
         else:
-            view = history_view(label, status)
+            view = history_view(label, status, cipher_of(app))
             pending = can and not status.final
             found.append(dataclasses.replace(view, cancellable=pending, message_id=key))
     return found_groups, found
 
 
-def history_view(label: str, status: MessageStatus) -> HistoryView:
-    """One app's history of a message, as shown (pure)."""
+def history_view(label: str, status: MessageStatus, cipher: Any = None) -> HistoryView:
+    """One app's history of a message, as shown (pure but for decrypting: an encrypted
+    app's errors in clear with its ``cipher``, else ``encrypted (key K)``)."""
     entries = tuple(
         EntryView(
             at=e.at.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + " UTC",
             state=e.state,
             attempt="" if e.attempt is None else str(e.attempt),
-            detail=escape(detail_text(e.detail)),
+            detail=escape(shown_text(detail_text(e.detail), status.message_id, cipher)),
         )
         for e in status.history
     )

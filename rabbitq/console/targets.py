@@ -8,9 +8,11 @@ exist are left out of the page.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from .._amqp.topology import dlq_name, retry_queue_name
 from ..app import App
+from ..crypto.codec import cipher_of
 from ..retry import RetryPolicy
 
 
@@ -24,6 +26,7 @@ class Target:
     queues: tuple[tuple[str, str], ...]
     exact: bool  # from an app's topology (every queue expected to exist)
     types: tuple[str, ...] = ()
+    cipher: Any = None  # an encrypted app's: its messages shown decrypted (docs/privacy.md)
 
     @property
     def dlq(self) -> str:
@@ -40,6 +43,7 @@ def from_app(label: str, app: App) -> Target:
         queues=tuple((q.name, q.kind) for q in plan.queues),
         exact=True,
         types=tuple(sorted(app.handlers)),
+        cipher=cipher_of(app),
     )
 
 

@@ -10,6 +10,7 @@ from typing import Any
 from markupsafe import Markup
 
 from .._amqp import headers as h
+from ..crypto.view import shown_body
 from ..dlq.message import DeadMessage
 from ..dlq.text import body_text, escape, value_text
 from .history import Rates, Sample, rates
@@ -109,7 +110,7 @@ def x_death(headers: Mapping[str, Any]) -> list[dict[str, str]]:
 def message_sections(m: DeadMessage) -> dict[str, Any]:
     """The message page's content, every string escaped of control characters (the
     template escapes HTML)."""
-    kind, text = body_text(m.body)
+    kind, text = shown_body(m) or body_text(m.body)
     failure = [
         (k, value_text(v))
         for k, v in sorted(m.headers.items())
@@ -133,3 +134,9 @@ def message_sections(m: DeadMessage) -> dict[str, Any]:
         "traceback": escape(m.traceback, multiline=True) if m.traceback else None,
         "failed_at": when(m.failed_at),
     }
+
+
+def described(text: str | None) -> str | None:
+    """``text`` with its encrypted parts shown as ``encrypted (key K)`` (the DLQ page's
+    error column; the message page decrypts with the app's key ring)."""
+    return None if text is None else h.described(text)

@@ -324,9 +324,9 @@ class Filters:
                 return False
             if self.until is not None and when >= self.until:
                 return False
-        if self.grep is not None:
+        if self.grep is not None:  # an encrypted text as "encrypted (key K)", not its bytes
             error = m.error
-            if error is None or not self.grep.search(error):
+            if error is None or not self.grep.search(h.described(error)):
                 return False
         return True
 

@@ -18,6 +18,7 @@ from typing import Any, Protocol
 
 from psycopg.types.json import Jsonb
 
+from .._amqp.headers import KEY_ID
 from ..message import Message, encode
 from ..settings import TLS, redact_url
 from .database import DEFAULT_CONNECT_TIMEOUT, DEFAULT_POOL_SIZE, Conn, Database
@@ -118,6 +119,12 @@ class Outbox:
         """
         await self.db.open()  # the table exists before the caller's insert
         mid = message_id or uuid.uuid4().hex
+        body, stored = encode(message), dict(headers) if headers else None
+        cipher = _cipher(self.app)
+        if cipher is not None:  # an encrypted app's rows hold ciphertext (docs/privacy.md)
+            key_id, body = cipher.seal_body(body, mid, message.type_name())
+            stored = {**(stored or {}), KEY_ID: key_id}
+            cipher.seal_headers(stored, mid)  # a chain's later steps, a chord's callback
         await conn.execute(
             self.sql.insert(),
             {
@@ -125,8 +132,8 @@ class Outbox:
                 "routing_key": message.type_name(),
                 "message_id": mid,
                 "type": message.type_name(),
-                "body": encode(message),
-                "headers": Jsonb(dict(headers)) if headers else None,
+                "body": body,
+                "headers": Jsonb(stored) if stored else None,
                 "correlation_id": correlation_id,
                 "order_key": key,
             },
@@ -150,3 +157,12 @@ class Outbox:
         """Drop the table (for tests and uninstalling)."""
         async with self.db.connection() as conn:
             await conn.execute(self.sql.drop())
+
+
+def _cipher(app: Any) -> Any:
+    """The cipher of an encrypted app (its ``decrypt`` stage's,
+    ``rabbitq.crypto.codec.Cipher``), else None: found, not imported (crypto sits above)."""
+    for stage in getattr(app, "delivery_stages", ()):
+        if getattr(stage, "name", None) == "decrypt":
+            return stage.cipher
+    return None

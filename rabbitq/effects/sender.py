@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from typing import Any
 
 from aio_pika.abc import AbstractChannel
 
@@ -32,9 +33,12 @@ async def send_follow_ups(
     hooks: Hooks,
     tracing: Tracing = NO_TRACING,
     deadline: float = FOLLOW_UP_DEADLINE,
+    cipher: Any = None,
 ) -> None:
     """Publish ``follow_ups`` on ``channel`` (with confirms) and wait for every confirm,
-    at most ``deadline`` seconds (then :class:`~rabbitq.errors.PublishError`).
+    at most ``deadline`` seconds (then :class:`~rabbitq.errors.PublishError`); with
+    ``cipher`` (an encrypted app's ``rabbitq.crypto.codec.Cipher``), each body is
+    encrypted as the app's publisher does.
 
     Called while the delivery's span is current, so each follow-up's producer span (and
     its ``traceparent``) belongs to the delivery's trace."""
@@ -47,6 +51,8 @@ async def send_follow_ups(
             correlation_id=f.correlation_id,
             headers=f.headers,
         )
+        if cipher is not None:
+            body = cipher.seal_properties(body, props, f.type_name)
         span = NO_SEND
         if tracing.enabled:  # writes traceparent into the headers
             assert props.headers is not None and props.message_id is not None

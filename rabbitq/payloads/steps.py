@@ -18,8 +18,8 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from .._amqp.outgoing import Outgoing, SendNext
-from ..job import Job, Next
+from .._amqp.outgoing import Outgoing, SendNext, add_step
+from ..job import Job, Next, add_stage
 from ..outcome import REQUEUE, DeadLetter, Outcome, Retry
 from .reference import new_ref, offloads, ref_of, sweep_after
 from .store import BlobStore
@@ -124,3 +124,11 @@ def blobs_released(store: BlobStore) -> Callable[[Sequence[Mapping[str, Any]]], 
             await store.delete(ids)
 
     return release
+
+
+def with_blobs(app: Any, store: BlobStore | None) -> tuple[Any, Any]:
+    """``app``'s publish steps and delivery stages, with the ``offload`` step and the
+    ``fetch`` stage of ``store`` if it has one (``App(large_payloads=...)``)."""
+    if store is None:
+        return app.publish_steps, app.delivery_stages
+    return add_step(app.publish_steps, Offload(store)), add_stage(app.delivery_stages, Fetch(store))

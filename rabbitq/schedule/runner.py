@@ -40,6 +40,7 @@ import aiormq
 from aio_pika.abc import AbstractChannel, AbstractConnection
 
 from .._amqp.connection import connect_once
+from ..crypto.codec import cipher_of
 from ..errors import BrokerUnavailable
 from ..message import Message
 from ..settings import TLS
@@ -323,6 +324,7 @@ class Scheduler:
                 sends=sends,
                 record=record,
                 acks=acks,
+                cipher=cipher_of(self.app),  # an encrypted app's ticks: docs/privacy.md
             )
         except Exception:  # (a cancelled commit is not a doubt: the next leader reads it)
             self.metrics.unconfirmed.inc()

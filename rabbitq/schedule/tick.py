@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 import aiormq
 from pamqp.commands import Basic
@@ -81,18 +82,23 @@ async def commit(
     sends: list[Send],
     record: plan.Progress,
     acks: list[int],
+    cipher: Any = None,
 ) -> None:
     """Publish ``sends`` to ``exchange`` and ``record`` to ``progress_queue``, ack
     ``acks``, and commit; raise if the commit fails or takes over
-    :data:`COMMIT_TIMEOUT` (then the tick may or may not have gone out)."""
+    :data:`COMMIT_TIMEOUT` (then the tick may or may not have gone out). ``cipher``: an
+    encrypted app's (``rabbitq.crypto.codec.Cipher``), each message's body encrypted."""
     for send in sends:
         props = properties.new(
             send.message,
             message_id=tick_id(send.schedule, send.tick, send.index),
             headers={SCHEDULE_HEADER: send.schedule, TICK_HEADER: send.tick.isoformat()},
         )
+        body = encode(send.message)
+        if cipher is not None:
+            body = cipher.seal_properties(body, props, send.message.type_name())
         await tx.basic_publish(
-            encode(send.message),
+            body,
             exchange=exchange,
             routing_key=send.message.type_name(),
             properties=props,

@@ -33,6 +33,7 @@ from examples.payment_service import (
     SandboxGateway,
 )
 from rabbitq import App, RetryPolicy, Worker
+from rabbitq.crypto.codec import cipher_of
 
 from ..helpers import Recorder, drain_queue, running, wait_for
 
@@ -148,7 +149,9 @@ async def test_the_payment_samples_capture_once_and_dead_letter_the_rest(pay, co
     dead = await drain_queue(connection, app.topology().dlq.name)
     assert reasons(dead) == ["exhausted", "permanent"]
     declined = next(m for m in dead if m.headers["rabbitq-reason"] == "permanent")
-    assert orjson.loads(declined.body)["amount"] == "2500.00"  # a string on the wire
+    # the example is encrypted: its body on the wire is ciphertext, read with its keys
+    assert b"2500.00" not in declined.body
+    assert orjson.loads(opened(app, declined))["amount"] == "2500.00"  # a string
     assert declined.type == "payment.capture"
 
 
@@ -252,9 +255,9 @@ async def test_the_cli_publishes_a_validated_capture_to_the_examples_exchange(
     assert (got.type, got.message_id, got.content_type) == (
         "payment.capture",
         "cli-1",
-        "application/json",
+        "application/vnd.rabbitq.encrypted",  # the example is encrypted (docs/privacy.md)
     )
-    wire = orjson.loads(got.body)
+    wire = orjson.loads(opened(payment_service.app, got))
     assert wire["payment_id"] == payment_id
     assert wire["amount"] == "49.90"  # validated and written with two places
     assert wire["requested_at"].endswith("Z")  # filled in, timezone-aware
@@ -290,3 +293,11 @@ async def test_publishing_the_email_samples_before_a_worker_ran_says_what_to_do(
     assert proc.returncode == 1
     assert "no queue is bound" in proc.stderr
     assert "rabbitq worker examples.email_service:app" in proc.stderr
+
+
+def opened(app, message):
+    """The clear body of a message of an encrypted app, read with its key ring."""
+    cipher = cipher_of(app)
+    assert cipher is not None
+    key_id = message.headers["rabbitq-key-id"]
+    return cipher.open_body(key_id, message.body, message.message_id, message.type)

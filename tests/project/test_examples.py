@@ -26,6 +26,7 @@ from examples.payment_service import (
     SandboxGateway,
 )
 from rabbitq import App
+from rabbitq.crypto.codec import cipher_of
 from rabbitq.testing import deliver
 from tests.helpers import service_fixture
 
@@ -126,6 +127,13 @@ async def test_an_invalid_email_is_dead_lettered_as_invalid(emails, sender, payl
 
 def test_an_address_domain_is_lowercased_but_not_its_local_part():
     assert welcome(" Ada.Lovelace@Example.COM ").to == "Ada.Lovelace@example.com"
+
+
+def clear(app, error, message_id):
+    """An encrypted app's error text, decrypted with its key ring."""
+    cipher = cipher_of(app)
+    assert cipher is not None and error is not None
+    return cipher.open_text(error, message_id)
 
 
 # -- payment service ---------------------------------------------------------------------
@@ -303,7 +311,11 @@ async def test_a_gateway_timeout_is_retried_in_the_first_capture_tier(make_payme
 
     assert result.retried
     assert (result.tier, result.delay, result.next_attempt) == (1, "10s", 2)
-    assert result.error == "GatewayTimeout: no answer from the gateway within 10s"
+    # the example is encrypted: the error's text is ciphertext, its type clear
+    assert result.error is not None and result.error.startswith("GatewayTimeout: enc:")
+    assert (
+        clear(app, result.error, "m-1") == "GatewayTimeout: no answer from the gateway within 10s"
+    )
     assert await captures(app) == []
 
 
@@ -333,10 +345,11 @@ async def test_an_unavailable_gateway_is_dead_lettered_after_four_attempts(payme
 
 
 async def test_a_declined_payment_is_dead_lettered_at_once_and_can_be_replayed(payments, gateway):
-    result = await deliver(payments, capture("2500.00"))
+    result = await deliver(payments, capture("2500.00"), message_id="m-2")
 
     assert result.dead_lettered and result.reason == "permanent"
-    assert result.error == "PaymentDeclined: declined 2001: insufficient funds"
+    error = clear(payments, result.error, "m-2")
+    assert error == "PaymentDeclined: declined 2001: insufficient funds"
     assert await captures(payments) == [] and gateway.captures == {}
     again = await deliver(payments, capture("2500.00"))  # the key was released: it runs
     assert again.dead_lettered and len(gateway.received) == 2
@@ -350,10 +363,12 @@ async def test_a_hanging_gateway_is_a_failed_attempt_after_the_timeout(make_paym
 
     app = make_payments(gateway=Hanging(), timeout=0.05)
 
-    result = await deliver(app, capture())
+    result = await deliver(app, capture(), message_id="m-3")
 
     assert result.retried and result.delay == "10s"
-    assert result.error == "HandlerTimeout: handler exceeded its timeout of 0.05s"
+    assert (
+        clear(app, result.error, "m-3") == "HandlerTimeout: handler exceeded its timeout of 0.05s"
+    )
 
 
 @pytest.mark.parametrize(

@@ -30,6 +30,7 @@ CHANGELOG = ROOT / "CHANGELOG.md"
 PUBLIC_PACKAGES = (
     "backends",
     "cancellation",
+    "crypto",
     "dlq",
     "effects",
     "payloads",
