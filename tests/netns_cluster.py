@@ -51,6 +51,7 @@ listeners.tcp.default = 5672
 loopback_users = none
 cluster_partition_handling = pause_minority
 net_ticktime = {ticktime}
+log.file.level = info
 """
 
 
@@ -304,6 +305,8 @@ class NetnsCluster:
                     if all(not self.partitions(n) for n in self.nodes):
                         return
                 last = "partitions still listed"
+            except subprocess.CalledProcessError as exc:
+                last = f"{exc}: {exc.stderr.strip()[-600:]}"
             except (subprocess.SubprocessError, ValueError) as exc:
                 last = str(exc)
             time.sleep(1)

@@ -183,8 +183,14 @@ async def run(
     publish_seconds: float = 25.0,
     cut_after: float = 5.0,
     hold_limit: float = 240.0,
+    touch_after: float | None = 20.0,
     pg_url: str = netns_service.PG,
 ) -> Report:
+    """One scenario. Messages the broker holds are waited for up to ``hold_limit``
+    seconds after the heal; ``touch_after`` seconds after the first was seen held, the
+    holding queues get the remedy ``rabbitq doctor`` gives (a policy set and cleared,
+    which makes the dead-letter process look up its target again); ``None``: no touch,
+    the broker's own timer (180 s on 3.10) releases them."""
     started = time.monotonic()
     tag = uuid.uuid4().hex[:8]
     queue, exchange, prefix = f"netns.{tag}", f"netns.{tag}.x", f"t_netns_{tag}_"
@@ -289,6 +295,8 @@ async def run(
         first_seen: dict[str, float] = {}
         last_done, quiet_since = -1, time.monotonic()
         look_at = 0.0
+        held_since: float | None = None
+        touched: float | None = None
         while True:
             handled = ledger.handled()
             missing = confirmed - set(handled) - set(collector.dead)
@@ -313,6 +321,23 @@ async def run(
                             f"{name} ({'/'.join(map(str, d))} messages/ready/unacked)"
                             for name, d in held.items()
                         )
+                if held and held_since is None:
+                    held_since = now
+                if (
+                    held
+                    and held_since is not None
+                    and touch_after is not None
+                    and touched is None
+                    and now - held_since >= touch_after
+                ):
+                    for name in held:
+                        await asyncio.to_thread(touch, cluster, name)
+                    touched = time.monotonic()
+                    notes.append(
+                        f"held by the broker {now - healed_at:.0f} s after the heal: "
+                        + ", ".join(f"{n} {d[0] - d[1] - d[2]}" for n, d in held.items())
+                        + f"; touched with a policy {now - held_since:.0f} s after first seen"
+                    )
                 if not held and not moving and now - quiet_since > 20:
                     break  # nothing held, nothing queued, nothing moving: done
             if now - healed_at > hold_limit:
@@ -322,7 +347,10 @@ async def run(
         for mid, seen in first_seen.items():
             if mid in ledger.handled() or mid in collector.dead:
                 place = where.get(mid, "late")
-                where[mid] = f"{place}; arrived {time.monotonic() - seen:.0f} s or less later"
+                how = "after the policy touch" if touched is not None else "by itself"
+                where[mid] = (
+                    f"{place}; released {how}, {time.monotonic() - seen:.0f} s or less later"
+                )
         settled_at = time.monotonic()
         notes.append(f"settled {settled_at - healed_at:.1f} s after the heal")
 
@@ -342,7 +370,11 @@ async def run(
         for mid in set(pending) & confirmed:
             where[mid] = f"still in {pending[mid]} when the workers stopped"
         final_depths = await depths(cluster, queue)
+        still_held = {n: d for n, d in final_depths.items() if d[0] - d[1] - d[2] > 0}
         for mid in confirmed - accounted - set(pending):
+            if still_held and mid in where:
+                where[mid] += "; still held at the end"
+                continue
             where[mid] = "nowhere: " + (
                 ", ".join(f"{n} {'/'.join(map(str, d))}" for n, d in final_depths.items() if d[0])
                 or "every queue of the app empty"
@@ -401,3 +433,13 @@ async def run(
                 )
                 for (name,) in await cur.fetchall():
                     await pg.execute(f'DROP TABLE IF EXISTS "{name}"')
+
+
+def touch(cluster: NetnsCluster, queue: str) -> None:
+    """``rabbitq doctor``'s remedy for dead letters the broker holds: a policy on the
+    queue, set and cleared (the dead-letter process then looks up its target again)."""
+    pattern = "^" + queue.replace(".", "\\.") + "$"
+    cluster.ctl("set_policy", "rabbitq-touch", pattern, '{"max-length":1000000000}',
+                "--apply-to", "queues")  # fmt: skip
+    time.sleep(2)
+    cluster.ctl("clear_policy", "rabbitq-touch")
