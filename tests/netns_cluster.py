@@ -173,6 +173,20 @@ class NetnsNode:
                 tails.append(f"{log.name}:\n" + "\n".join(text))
         return "\n".join(tails) or "(no log)"
 
+    def log_mark(self) -> dict[str, int]:
+        """Where the node's logs end now (for :meth:`log_lines`)."""
+        return {log.name: log.stat().st_size for log in (self.base / "log").glob("*.log")}
+
+    def log_lines(self, *words: str, since: dict[str, int] | None = None) -> list[str]:
+        """The lines of the node's logs (after ``since``) that contain any of ``words``."""
+        found = []
+        for log in sorted((self.base / "log").glob("*.log")):
+            with contextlib.suppress(OSError), log.open("rb") as f:
+                f.seek((since or {}).get(log.name, 0))
+                text = f.read().decode(errors="replace").splitlines()
+                found += [line for line in text if any(w in line for w in words)]
+        return found
+
     def iptables(self, *args: str) -> None:
         _run(self.in_ns("iptables", "-w", *args))
 

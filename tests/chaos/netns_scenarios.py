@@ -146,6 +146,12 @@ class Worker:
             log, cwd=ROOT, env=env,
         )  # fmt: skip
 
+    def leads(self) -> bool:
+        """Whether its log says it leads the schedules now."""
+        lines = self.log.read_text(errors="replace").splitlines()
+        said = [line for line in lines if "leading the schedules of" in line]
+        return bool(said) and "stopped leading" not in said[-1]
+
     def stop(self) -> None:
         if self.proc.poll() is None:
             self.proc.terminate()
@@ -206,6 +212,7 @@ async def run(
         )
     )
     notes: list[str] = []
+    marks = {node.name: node.log_mark() for node in cluster.nodes}
     async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as pg:
         await pg.execute(
             f"CREATE TABLE {prefix}effects (id bigserial, key text, message_id text, pid int)"
@@ -226,21 +233,36 @@ async def run(
         await dlq.consume(collector.on_message)
         workers = [Worker(cluster.url, env, workdir / f"worker-{tag}-{i}.log") for i in (1, 2, 3)]
 
-        # The schedule's leader: the node of its exclusive lease queue is the one cut.
-        lease = f"{queue}.schedules.lease"
-        victim = None
-        deadline = time.monotonic() + 90
-        while victim is None and time.monotonic() < deadline:
-            await asyncio.sleep(1)
-            victim = await asyncio.to_thread(cluster.node_of_queue_pid, lease)
+        # The node cut is the main queue's leader (queues are led by the node their
+        # declaring connection is on); the schedule's leader is brought onto it (the node
+        # of its exclusive lease queue): a leading worker elsewhere is stopped and
+        # replaced, so that a scheduler on another node takes the lease, until it lands.
+        victim = await asyncio.to_thread(cluster.leader, queue)
         if victim is None:
-            raise RuntimeError(f"no schedule leader in 90 s; see {workdir}")
+            raise RuntimeError(f"no leader for {queue}")
+        lease = f"{queue}.schedules.lease"
+        moves = 0
+        deadline = time.monotonic() + 150
+        while True:
+            leader_at = await asyncio.to_thread(cluster.node_of_queue_pid, lease)
+            if leader_at is victim or time.monotonic() > deadline:
+                break
+            if leader_at is not None:
+                leading = [w for w in workers if w.proc.poll() is None and w.leads()]
+                if leading:
+                    await asyncio.to_thread(leading[0].stop)
+                    workers.remove(leading[0])
+                    moves += 1
+                    log = workdir / f"worker-{tag}-{moves + 3}.log"
+                    workers.append(Worker(cluster.url, env, log))
+            await asyncio.sleep(1)
+        if leader_at is None:
+            raise RuntimeError(f"no schedule leader; see {workdir}")
         await asyncio.sleep(2)  # a few ticks before the publishing starts
-        queue_leader = await asyncio.to_thread(cluster.leader, queue)
         others = cluster.others(victim)
         notes.append(
-            f"schedule leader on {victim.name}; main queue leader "
-            f"{queue_leader.name if queue_leader else '?'}; cut {victim.name}"
+            f"main queue leader {victim.name}; schedule leader on {leader_at.name} "
+            f"(after {moves} worker(s) replaced); cut {victim.name}"
             + (f" and {others[0].name} from each other" if scenario.kind == "partial" else "")
         )
 
@@ -396,6 +418,12 @@ async def run(
             w.log.read_text(errors="replace").count("leading the schedules of") for w in workers
         )
         notes.append(f"schedule takeovers: {takeovers}")
+        for node in cluster.nodes:
+            paused = node.log_lines(
+                "minority", "Partial partition", "partition detected", since=marks[node.name]
+            )
+            if paused:
+                notes.append(f"{node.name}'s log: {len(paused)} line(s) like {paused[0][-160:]}")
         return Report(
             scenario=scenario,
             confirmed=confirmed,
