@@ -45,7 +45,7 @@ def netns_cluster() -> Iterator[NetnsCluster]:
     assert not set(names) & set(leftovers()), f"namespaces left behind: {names}"
 
 
-@pytest.mark.timeout(900 if WAIT_HOLD else 600)
+@pytest.mark.timeout(900)
 @pytest.mark.parametrize("scenario", SELECTED, ids=lambda s: f"{s.kind}-{s.seconds:.0f}s")
 async def test_a_partition_loses_no_confirmed_message_and_misses_no_tick(
     netns_cluster, tmp_path, scenario
@@ -56,7 +56,7 @@ async def test_a_partition_loses_no_confirmed_message_and_misses_no_tick(
         scenario,
         messages=600,
         touch_after=None if WAIT_HOLD else 20.0,
-        hold_limit=420.0 if WAIT_HOLD else 240.0,
+        hold_limit=420.0,
     )
     print("\n" + report.line())
     for note in report.notes:
