@@ -369,10 +369,8 @@ async def run(
         for mid, seen in first_seen.items():
             if mid in ledger.handled() or mid in collector.dead:
                 place = where.get(mid, "late")
-                how = "after the policy touch" if touched is not None else "by itself"
-                where[mid] = (
-                    f"{place}; released {how}, {time.monotonic() - seen:.0f} s or less later"
-                )
+                how = "" if touched is None else f" (policy touch at +{touched - seen:.0f} s)"
+                where[mid] = f"{place}; arrived {time.monotonic() - seen:.0f} s or less later{how}"
         settled_at = time.monotonic()
         notes.append(f"settled {settled_at - healed_at:.1f} s after the heal")
 

@@ -8,10 +8,12 @@ Every confirmed message must end handled or in the DLQ (what the broker holds is
 for, and where each late one was found is printed), every key's effect must be written
 exactly once, and no tick of the schedule may be missed or doubled.
 
-By default one scenario (a node cut from its peers for 30 s, 600 messages; ~2.5 minutes
-with forming the cluster). ``RABBITQ_CHAOS_FULL=1`` runs all four (10 s and 30 s cuts, a
-partial partition, a node cut from peers and clients: 2,400 messages, ~8 minutes). It
-needs root, ``ip netns`` and iptables; without them it skips, saying which is missing.
+By default one scenario (a node cut from its peers for 30 s, 600 messages: about 2
+minutes with forming the cluster, 5 when the broker holds retries for its 180 s
+dead-letter timer). ``RABBITQ_CHAOS_FULL=1`` runs all four (10 s and 30 s cuts, a
+partial partition, a node cut from peers and clients: 2,400 messages, 6 to 13 minutes).
+It needs root, ``ip netns`` and iptables; without them it skips, saying which is missing.
+Figures and open findings: docs/reliability.md ("Network partitions").
 """
 
 from __future__ import annotations
