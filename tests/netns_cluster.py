@@ -93,6 +93,8 @@ class NetnsNode:
     host_veth: str
     base: Path
     ticktime: int
+    dead_letter_timeout: int | None = None
+    """``dead_letter_worker_publisher_confirm_timeout`` in ms (None: the broker's 180 s)."""
 
     @property
     def name(self) -> str:
@@ -121,6 +123,7 @@ class NetnsNode:
             "RABBITMQ_CONFIG_FILE": str(self.base / "rabbitmq"),
             "RABBITMQ_ENABLED_PLUGINS_FILE": str(self.base / "enabled_plugins"),
             "RABBITMQ_PID_FILE": str(self.base / "pid"),
+            "RABBITMQ_ADVANCED_CONFIG_FILE": str(self.base / "advanced.config"),
         }
 
     def in_ns(self, *args: str) -> list[str]:
@@ -131,6 +134,12 @@ class NetnsNode:
             (self.base / sub).mkdir(parents=True, exist_ok=True)
         (self.base / "rabbitmq.conf").write_text(NODE_CONFIG.format(ticktime=self.ticktime))
         (self.base / "enabled_plugins").write_text("[].\n")
+        timer = self.dead_letter_timeout
+        (self.base / "advanced.config").write_text(
+            "[].\n"
+            if timer is None
+            else f"[{{rabbit, [{{dead_letter_worker_publisher_confirm_timeout, {timer}}}]}}].\n"
+        )
         (self.base / "rabbitmq-env.conf").write_text("# this node's own: not the machine's\n")
         _hand_to_rabbitmq_user(self.base)
         with contextlib.suppress(LookupError, OSError):  # the cluster's directory: theirs too
@@ -199,6 +208,10 @@ class NetnsCluster:
     ticktime: int = 10
     """Erlang's ``net_ticktime`` (seconds): a peer silent for 0.75-1.25 of it is down.
     10 instead of the default 60, so that a cut of 10-30 s is noticed within it."""
+    dead_letter_timeout: int | None = None
+    """The nodes' ``dead_letter_worker_publisher_confirm_timeout`` (ms): how long a quorum
+    queue's at-least-once dead-letter process waits before it sends again what it could
+    not hand on. None: RabbitMQ's default, 180 s."""
     tag: str = field(
         default_factory=lambda: hashlib.sha1(f"{os.getpid()}{time.time()}".encode()).hexdigest()[:6]
     )
@@ -247,6 +260,7 @@ class NetnsCluster:
                 host_veth=f"rq{self.tag}h{i}",
                 base=self.base / f"node-{i}",
                 ticktime=self.ticktime,
+                dead_letter_timeout=self.dead_letter_timeout,
             )
             self.nodes.append(node)
             peer = f"rq{self.tag}p{i}"
@@ -392,8 +406,10 @@ class NetnsCluster:
 
     @classmethod
     @contextmanager
-    def started(cls, size: int = 3, ticktime: int = 10) -> Iterator[NetnsCluster]:
-        cluster = cls(size=size, ticktime=ticktime)
+    def started(
+        cls, size: int = 3, ticktime: int = 10, dead_letter_timeout: int | None = None
+    ) -> Iterator[NetnsCluster]:
+        cluster = cls(size=size, ticktime=ticktime, dead_letter_timeout=dead_letter_timeout)
         try:
             cluster.build_network()
             cluster.form()
