@@ -321,24 +321,47 @@ class NetnsCluster:
     def others(self, *nodes: NetnsNode) -> list[NetnsNode]:
         return [n for n in self.nodes if n not in nodes]
 
-    def await_whole(self, timeout: float = 180) -> None:
+    def await_whole(self, timeout: float = 240, nudge_after: float = 60) -> list[str]:
         """Wait until every node runs and sees all the others (after a heal: a paused
-        minority restarts its app once it sees the majority again)."""
-        deadline = time.monotonic() + timeout
+        minority restarts its app once it sees the majority again). A node still paused
+        ``nudge_after`` seconds in is pinged towards its peers (Erlang's
+        ``net_adm:ping``), and ``2 * nudge_after`` in its app is restarted
+        (``stop_app``, ``start_app``); returns what was done, for the report."""
+        started = time.monotonic()
+        deadline = started + timeout
         want = sorted(n.nodename for n in self.nodes)
-        last = ""
+        last, done = "", []
         while time.monotonic() < deadline:
             try:
                 if all(sorted(self.running_members(n)) == want for n in self.nodes):
                     if all(not self.partitions(n) for n in self.nodes):
-                        return
+                        return done
                 last = "partitions still listed"
             except subprocess.CalledProcessError as exc:
                 last = f"{exc}: {exc.stderr.strip()[-600:]}"
             except (subprocess.SubprocessError, ValueError) as exc:
                 last = str(exc)
+            waited = time.monotonic() - started
+            for node in self.nodes:
+                if not (waited > nudge_after and self._paused(node)):
+                    continue
+                if not any(node.name in d and "ping" in d for d in done):
+                    for peer in self.others(node):
+                        node.ctl("eval", f"net_adm:ping('{peer.nodename}').", check=False)
+                    done.append(f"{node.name} still paused {waited:.0f} s after the heal: pinged")
+                elif waited > 2 * nudge_after and not any(node.name in d and "restart" in d
+                                                          for d in done):  # fmt: skip
+                    node.ctl("stop_app", check=False, timeout=120)
+                    node.ctl("start_app", check=False, timeout=120)
+                    done.append(f"{node.name} still paused {waited:.0f} s after the heal: "
+                                "app restarted")  # fmt: skip
             time.sleep(1)
-        raise TimeoutError(f"the cluster did not heal in {timeout} s: {last}")
+        raise TimeoutError(f"the cluster did not heal in {timeout} s: {last}; {done}")
+
+    def _paused(self, node: NetnsNode) -> bool:
+        """Whether the node's VM runs but its rabbit app does not (pause_minority)."""
+        out = node.ctl("eval", "rabbit:is_running().", check=False, timeout=30)
+        return out.strip() == "false"
 
     def partitions(self, via: NetnsNode) -> list[object]:
         status = json.loads(via.ctl("cluster_status", "--formatter", "json", timeout=30))

@@ -304,7 +304,8 @@ async def run(
         healed_at = time.monotonic()
         await publishing
         published_at = time.monotonic()
-        await asyncio.to_thread(cluster.await_whole, 240)
+        nudged = await asyncio.to_thread(cluster.await_whole, 300)
+        notes.extend(nudged)
         notes.append(
             f"cut at +{cut_at - started:.0f} s for {scenario.seconds:.0f} s; publishing "
             f"ended {published_at - healed_at:.1f} s after the heal; cluster whole again "
