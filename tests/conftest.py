@@ -41,6 +41,7 @@ LOCAL_URL = "amqp://guest:guest@127.0.0.1:5672/"
 ONE_WORKER = frozenset(
     {
         "tests/chaos/test_cluster.py",  # forms a 3-node cluster (module fixture)
+        "tests/chaos/test_netns_partitions.py",  # a 3-node cluster in network namespaces
         "tests/integration/amqp/test_tls.py",  # a private TLS node (module fixture)
         "tests/integration/ops/test_doctor.py",  # a private node with management
         "tests/integration/worker/test_consumer_timeout.py",  # a node with consumer_timeout
@@ -61,6 +62,7 @@ SERVICE_FIXTURES = frozenset(
         "delay_node",
         "node",
         "cluster",
+        "netns_cluster",
         "broker",
         "pg",  # PostgreSQL
         "pg_url",
