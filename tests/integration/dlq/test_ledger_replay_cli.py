@@ -164,8 +164,10 @@ async def test_a_replay_never_lets_a_blocked_deposit_overtake_the_overdraft(
 
         await wait_for(settled, timeout=60)
         text = log.read_text(errors="replace")
-        # #2's third failure (its second replay) was logged before #3 was applied.
-        last_overdraft = text.rfind(overdraft)
+        # #2's third failure (its second replay) blocked the key again before #3 was
+        # applied. (Its "dead-lettered to" line is written once its DLQ copy is
+        # confirmed, which may come after #3 ran: the block is the failure's own line.)
+        last_overdraft = text.rfind(f"blocked: message {overdraft}")
         assert 0 <= last_overdraft < text.find("acct-3 #3 +60.00"), text[-4000:]
     finally:
         proc.send_signal(signal.SIGTERM)
