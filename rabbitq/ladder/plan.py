@@ -50,6 +50,13 @@ PREFIX = "rabbitq.delay"
 DELIVER_EXCHANGE = f"{PREFIX}.deliver"
 """The headers exchange the last hop dead-letters into; each app's queue is bound to it."""
 
+UNDELIVERABLE = f"{PREFIX}.undeliverable"
+"""The fanout exchange and the durable queue, both of this name, that keep a delayed
+message whose queue is gone when it falls due: :data:`DELIVER_EXCHANGE`'s
+``alternate-exchange``, so the last hop always routes and one undeliverable message never
+holds the others back (docs/delays.md, "A queue deleted while its messages wait")."""
+ALTERNATE_EXCHANGE = "alternate-exchange"
+
 DELAY_TO = "rabbitq-delay-to"
 """Header: the name of the one queue a delayed message is delivered to."""
 DUE = "rabbitq-due"
@@ -144,6 +151,22 @@ def level_arguments(queue_type: QueueType, level: int) -> dict[str, Any]:
             "x-overflow": "reject-publish",
         }
     return arguments
+
+
+def deliver_arguments() -> dict[str, Any]:
+    """The arguments of :data:`DELIVER_EXCHANGE`: its alternate exchange,
+    :data:`UNDELIVERABLE`, takes what no app's queue is bound for."""
+    return {ALTERNATE_EXCHANGE: UNDELIVERABLE}
+
+
+def undeliverable_arguments(queue_type: QueueType) -> dict[str, Any]:
+    """The arguments of the :data:`UNDELIVERABLE` queue when a ladder of ``queue_type``
+    declares it first: no length limit, no TTL (nothing in it expires or is dropped); on
+    quorum the delivery limit of a DLQ, so reading it (``rabbitq dlq list``) never
+    dead-letters a message."""
+    if queue_type == "quorum":
+        return {"x-queue-type": "quorum", "x-delivery-limit": DELIVERY_LIMIT}
+    return {}
 
 
 def destination_arguments(queue: str) -> dict[str, Any]:
