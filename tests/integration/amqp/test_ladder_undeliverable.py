@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shlex
 import shutil
 import time
 import uuid
@@ -23,10 +24,14 @@ import aio_pika
 import pytest
 
 from rabbitq import App, Message
+from rabbitq._ops.doctor import diagnose
+from rabbitq._ops.doctor_probe import gather
+from rabbitq.dlq import operations as dlq
 from tests.broker_node import BrokerNode
 from tests.helpers import declare_topology
 
 UNDELIVERABLE = "rabbitq.delay.undeliverable"
+DELIVER = "rabbitq.delay.deliver"
 DELAY_TO = "rabbitq-delay-to"
 DEADLINE = 60.0
 """Generous for 3 s delays on a loaded machine; a jammed level frees itself only after
@@ -43,7 +48,7 @@ def node() -> Iterator[BrokerNode]:
         if os.environ.get("CI"):
             pytest.fail("this test starts a private RabbitMQ node")
         pytest.skip("no rabbitmq-server")
-    with BrokerNode.started("rabbitq-ladderjam") as private:
+    with BrokerNode.started("rabbitq-ladderjam", plugins=("rabbitmq_management",)) as private:
         yield private
 
 
@@ -111,8 +116,59 @@ async def test_a_deleted_queue_s_delayed_messages_neither_block_others_nor_get_l
     assert set(ids) == sent, f"{len(sent) - len(set(ids))} of {len(sent)} not there in {took:.0f} s"
     assert len(ids) == len(set(ids)), "duplicates"
 
-    kept = await collect(conn, UNDELIVERABLE, len(stranded), 30)
-    kept_ids = [m.message_id for m in kept]
-    assert set(kept_ids) == stranded, f"{len(stranded - set(kept_ids))} of 100 lost"
-    assert len(kept_ids) == len(set(kept_ids)), "duplicates"
-    assert {m.headers[DELAY_TO] for m in kept} == {gone.queue}
+    # counted by doctor, with the fix
+    async def counted() -> list[str]:
+        facts = await gather(healthy, url=node.url, management_url=node.management_url)
+        assert facts.delay_catch_all is not None and facts.delay_catch_all.has_argument
+        return [f.message for f in diagnose(facts) if f.topic == "delays"]
+
+    end = time.monotonic() + 30
+    while (said := await counted()) != [f"{UNDELIVERABLE} holds 100 delayed message(s) whose "
+                                        "queue did not exist when they fell due (header "
+                                        "rabbitq-delay-to names it)"]:  # fmt: skip
+        assert time.monotonic() < end, said
+        await asyncio.sleep(1)
+    # replayed, without --to, to the queue they were delayed for, once it is back
+    await declare_topology(conn, gone)
+    tally = await dlq.replay(UNDELIVERABLE, url=node.url)
+    assert (tally.done, tally.failed) == (100, 0), tally
+    back = await collect(conn, gone.queue, len(stranded), 30)
+    back_ids = [m.message_id for m in back]
+    assert set(back_ids) == stranded, f"{len(stranded - set(back_ids))} of 100 lost"
+    assert len(back_ids) == len(set(back_ids)), "duplicates"
+    assert await collect(conn, UNDELIVERABLE, 1, 1) == []
+
+
+async def test_a_ladder_declared_by_an_older_rabbitq_is_used_and_doctor_gives_the_policy(node):
+    """An existing ``rabbitq.delay.deliver`` without the argument (an exchange's arguments
+    cannot change): declaring goes on with it as it is, doctor says which policy to set,
+    and with that policy undeliverable messages reach the catch-all too."""
+    vhost = f"lj-{uuid.uuid4().hex[:6]}"
+    node.ctl("add_vhost", vhost)
+    node.ctl("set_permissions", "-p", vhost, "guest", ".*", ".*", ".*")
+    url = f"{node.url}{vhost}"
+    connection = await aio_pika.connect_robust(url)
+    try:
+        channel = await connection.channel()
+        await channel.declare_exchange(DELIVER, aio_pika.ExchangeType.HEADERS, durable=True)
+        await channel.close()
+        gone = note_app(url, "quorum")
+        await declare_topology(connection, gone)  # no PRECONDITION_FAILED
+        facts = await gather(gone, url=url, management_url=node.management_url)
+        [finding] = [f for f in diagnose(facts) if f.topic == "delays"]
+        assert finding.level == "warning" and "no alternate exchange" in finding.message
+        assert finding.fix is not None and finding.fix.startswith("rabbitmqctl set_policy")
+        node.ctl(*shlex.split(finding.fix)[1:])  # the fix, as given
+
+        async with gone.publisher() as pub:
+            stranded = {await pub.publish(Note(n=n), delay=0.5) for n in range(20)}
+        channel = await connection.channel()
+        await channel.queue_delete(gone.queue)
+        await channel.close()
+        kept = await collect(connection, UNDELIVERABLE, len(stranded), 30)
+        assert {m.message_id for m in kept} == stranded
+        facts = await gather(gone, url=url, management_url=node.management_url)
+        assert facts.delay_alternate_policy
+        assert [f for f in diagnose(facts) if f.topic == "delays"] == []
+    finally:
+        await connection.close()
