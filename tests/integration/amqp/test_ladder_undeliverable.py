@@ -28,7 +28,7 @@ from rabbitq._ops.doctor import diagnose
 from rabbitq._ops.doctor_probe import gather
 from rabbitq.dlq import operations as dlq
 from tests.broker_node import BrokerNode
-from tests.helpers import declare_topology
+from tests.helpers import declare_topology, purge_undeliverable
 
 UNDELIVERABLE = "rabbitq.delay.undeliverable"
 DELIVER = "rabbitq.delay.deliver"
@@ -172,3 +172,19 @@ async def test_a_ladder_declared_by_an_older_rabbitq_is_used_and_doctor_gives_th
         assert [f for f in diagnose(facts) if f.topic == "delays"] == []
     finally:
         await connection.close()
+
+
+async def test_the_suite_removes_only_its_own_leftovers_from_the_catch_all(node, conn):
+    """The session's teardown (tests/conftest.py) removes what this session's deleted
+    apps left in the catch-all, and puts every other message back."""
+    healthy = note_app(node.url, "quorum")
+    await declare_topology(conn, healthy)  # declares the ladder and its catch-all
+    ours, theirs = f"t.{uuid.uuid4().hex[:8]}.q0", f"other.{uuid.uuid4().hex[:8]}"
+    channel = await conn.channel()
+    exchange = await channel.get_exchange(UNDELIVERABLE)
+    for queue in (ours, ours, theirs):
+        await exchange.publish(aio_pika.Message(b"{}", headers={DELAY_TO: queue}), "")
+    await channel.close()
+    assert await purge_undeliverable(node.url, {ours}) == 2
+    left = await collect(conn, UNDELIVERABLE, 2, 5)
+    assert [m.headers[DELAY_TO] for m in left] == [theirs]
