@@ -131,9 +131,11 @@ def level_arguments(queue_type: QueueType, level: int) -> dict[str, Any]:
 
     No ``x-dead-letter-routing-key``: the message keeps its key, its bits. On quorum the
     dead-lettering is at-least-once, which RabbitMQ honours only with
-    ``x-overflow: reject-publish``; then a message whose next hop has nowhere to go (its
-    queue not bound yet, a node down) stays in its level and is sent again, instead of
-    being dropped. Classic queues dead-letter at most once. Nothing consumes a level, but
+    ``x-overflow: reject-publish``; then a message whose next hop does not confirm it (a
+    node down) stays in its level and is sent again, instead of being dropped. One whose
+    app queue does not exist is routed to :data:`UNDELIVERABLE` by the delivering
+    exchange's alternate exchange, on both queue types. Classic queues dead-letter at most
+    once. Nothing consumes a level, but
     a person may read one (the management UI's "get messages" returns them): the
     delivery limit is set far above any number of such reads, as on a DLQ, since RabbitMQ
     4.0 gives quorum queues a limit of 20 and a message at it would be dead-lettered,
