@@ -13,6 +13,7 @@ them into ``rabbitq.delay.undeliverable``: counted, replayable, and nothing else
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shlex
 import shutil
@@ -22,10 +23,12 @@ from collections.abc import AsyncIterator, Iterator
 
 import aio_pika
 import pytest
+from click.testing import CliRunner
 
 from rabbitq import App, Message
 from rabbitq._ops.doctor import diagnose
 from rabbitq._ops.doctor_probe import gather
+from rabbitq.cli import main
 from rabbitq.dlq import operations as dlq
 from tests.broker_node import BrokerNode
 from tests.helpers import declare_topology, purge_undeliverable
@@ -165,6 +168,18 @@ async def test_a_ladder_declared_by_an_older_rabbitq_is_used_and_doctor_gives_th
         channel = await connection.channel()
         await channel.queue_delete(gone.queue)
         await channel.close()
+
+        async def listed() -> list[dict[str, object]]:
+            args = ["dlq", "list", UNDELIVERABLE, "--json", "--limit", "0", "--url", url]
+            result = await asyncio.to_thread(CliRunner().invoke, main, args)
+            assert result.exit_code == 0, result.output
+            return [json.loads(line) for line in result.output.splitlines() if line]
+
+        end = time.monotonic() + 30
+        while len(shown := await listed()) < len(stranded) and time.monotonic() < end:
+            await asyncio.sleep(0.5)
+        assert len(shown) == len(stranded), shown
+        assert {row["queue"] for row in shown} == {gone.queue}, shown  # rabbitq-delay-to
         kept = await collect(connection, UNDELIVERABLE, len(stranded), 30)
         assert {m.message_id for m in kept} == stranded
         facts = await gather(gone, url=url, management_url=node.management_url)
