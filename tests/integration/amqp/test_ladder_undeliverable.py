@@ -5,7 +5,8 @@ while its delayed messages are in the shared ladder, and reads the ladder's catc
 Before the catch-all, on a quorum ladder such messages stayed in their last level, held
 by the level's at-least-once dead-letter worker and retried every 3 minutes; with a few
 dozen of them that worker's window was full and every other app's delayed messages
-through the level waited with them (measured: none of 200 arrived within 60 s). On a
+through the level waited with them (measured: none of 200 arrived within 60 s, nor
+within 400 s with a longer deadline). On a
 classic ladder they were dropped. Now the delivering exchange's alternate exchange takes
 them into ``rabbitq.delay.undeliverable``: counted, replayable, and nothing else waits.
 """
