@@ -10,6 +10,7 @@ Every test gets its own queue and exchange names (uuid suffix) and deletes them.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import shutil
@@ -29,9 +30,11 @@ from rabbitq._ops.containers import throwaway_broker
 from .broker_node import BrokerNode
 from .helpers import (
     CONSISTENT_HASH_PLUGIN,
+    DELETED_QUEUES,
     ENABLE_CONSISTENT_HASH,
     broker_has_consistent_hash,
     delete_app_objects,
+    purge_undeliverable,
     redis_key_prefix,
 )
 
@@ -176,15 +179,30 @@ def _port_open(host: str, port: int) -> bool:
     return False
 
 
+def _purge_left_delays(url: str) -> None:
+    """At the end of the session: the delayed messages and retries this session's
+    deleted apps left behind, which reached the shared broker's
+    ``rabbitq.delay.undeliverable`` (this session's queue names only; best effort)."""
+
+    async def purge() -> None:
+        async with asyncio.timeout(30):
+            await purge_undeliverable(url, DELETED_QUEUES)
+
+    with contextlib.suppress(Exception):
+        asyncio.run(purge())
+
+
 @pytest.fixture(scope="session")
 def suite_broker_url() -> Iterator[str]:
     """The URL of the real RabbitMQ this test session runs against (see the module's
     docstring); tests ask for :func:`broker_url`, which a module may override."""
     if url := os.environ.get("RABBITQ_TEST_URL"):
         yield url
+        _purge_left_delays(url)
         return
     if _port_open("127.0.0.1", 5672):
         yield LOCAL_URL
+        _purge_left_delays(LOCAL_URL)
         return
     with contextlib.ExitStack() as stack:
         try:

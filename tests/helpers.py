@@ -108,6 +108,49 @@ async def redis_key_prefix() -> AsyncIterator[str]:
     await client.aclose()
 
 
+DELETED_QUEUES: set[str] = set()
+"""Every queue :func:`delete_app_objects` deleted in this process: delayed messages or
+retries still in the delay ladder for them end in ``rabbitq.delay.undeliverable``
+(docs/delays.md, "A queue deleted while its messages wait"), which
+:func:`purge_undeliverable` clears of them at the end of the session."""
+
+
+async def purge_undeliverable(url: str, queues: set[str], *, cap: int = 100_000) -> int:
+    """Remove from the delay ladder's catch-all the messages delayed for ``queues`` (this
+    session's own deleted queues, unique names) and nothing else: every other message is
+    put back. Returns how many were removed (0 if the catch-all does not exist)."""
+    import aio_pika
+    import aiormq
+
+    from rabbitq.ladder.plan import DELAY_TO, UNDELIVERABLE
+
+    if not queues:
+        return 0
+    connection = await aio_pika.connect(url)
+    try:
+        channel = await connection.channel()
+        try:
+            catch_all = await channel.declare_queue(UNDELIVERABLE, passive=True)
+        except aiormq.exceptions.ChannelNotFoundEntity:
+            return 0
+        there = min(cap, catch_all.declaration_result.message_count or 0)
+        removed, others = 0, []
+        for _ in range(there):  # held unacked until the end, so each is seen once
+            msg = await catch_all.get(fail=False, no_ack=False)
+            if msg is None:
+                break
+            if (msg.headers or {}).get(DELAY_TO) in queues:
+                await msg.ack()
+                removed += 1
+            else:
+                others.append(msg)
+        for msg in others:
+            await msg.nack(requeue=True)
+        return removed
+    finally:
+        await connection.close()
+
+
 async def delete_app_objects(conn: AbstractRobustConnection, app: App) -> None:
     """Delete every queue of ``app`` and its exchange (unless it is the shared default).
 
@@ -118,6 +161,7 @@ async def delete_app_objects(conn: AbstractRobustConnection, app: App) -> None:
     channel = await conn.channel()
     names = [spec.name for spec in app.topology().queues]
     names += [retry_queue_name(app.queue, ms) for ms in app.retry.delays_ms]
+    DELETED_QUEUES.update(names)
     for name in dict.fromkeys(names):
         with contextlib.suppress(Exception):
             await channel.queue_delete(name)

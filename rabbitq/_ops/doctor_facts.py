@@ -11,6 +11,7 @@ from typing import Any, Literal
 from .._amqp.brokers import BrokerFacts
 from .._amqp.topology import Topology
 from ..handler import Handler
+from ..ladder.probe import CatchAll
 
 Level = Literal["info", "warning", "danger"]
 LEVELS: tuple[Level, ...] = ("info", "warning", "danger")
@@ -66,5 +67,10 @@ class Facts:
     """The arguments of each queue in ``other_queues`` (management API); None: not known."""
     alarms: Sequence[str] | None = None
     partitions_problem: str | None = None
+    delay_catch_all: CatchAll | None = None
+    """The delay ladder's catch-all for undeliverable delayed messages; None: not known."""
+    delay_alternate_policy: bool = False
+    """A policy gives ``rabbitq.delay.deliver`` an ``alternate-exchange`` (management API)."""
+    vhost: str = "/"
     """``App(partitions=N)`` on a broker without the consistent-hash exchange: why."""
     """Active resource alarms, e.g. ``"memory alarm on rabbit@a"``; None: not known."""

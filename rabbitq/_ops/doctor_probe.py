@@ -29,6 +29,8 @@ from .._amqp.connection import connect_once
 from .._amqp.partitions import probe as probe_partitions
 from .._amqp.topology import mismatch_from_error
 from ..app import App
+from ..ladder.plan import ALTERNATE_EXCHANGE, DELIVER_EXCHANGE
+from ..ladder.probe import probe as probe_catch_all
 from ..settings import TLS, broker_urls, redact_url, scrub
 from .doctor_facts import Facts, QueueState
 
@@ -75,6 +77,16 @@ class Management:
         found = self.get(f"queues/{quote(self.vhost, safe='')}?columns={columns}")
         return list(found) if isinstance(found, list) else []
 
+    def deliver_alternate(self) -> bool:
+        """Whether a policy gives ``rabbitq.delay.deliver`` an ``alternate-exchange``."""
+        vhost = quote(self.vhost, safe="")
+        exchange = self.get(f"exchanges/{vhost}/{quote(DELIVER_EXCHANGE, safe='')}")
+        name = exchange.get("policy") if isinstance(exchange, dict) else None
+        if not name:
+            return False
+        policy = self.get(f"policies/{vhost}/{quote(str(name), safe='')}")
+        return ALTERNATE_EXCHANGE in (policy.get("definition") or {})
+
     def alarms(self) -> list[str]:
         """The resource alarms in effect, one line per node and kind."""
         out = []
@@ -101,6 +113,7 @@ async def gather(
         declared = await _declared(connection, app)
         # Over AMQP too, for when the management API does not answer (it lists them all).
         found = await orphans.find(connection, topology)
+        catch_all = await probe_catch_all(connection)
     finally:
         await connection.close()
     partitions = None
@@ -116,10 +129,13 @@ async def gather(
     other: dict[str, int] | None = None
     other_arguments: dict[str, dict[str, Any]] | None = None
     alarms: list[str] | None = None
+    alternate_policy = False
     error: str | None = None
     try:
         listed = await _listed(management, {spec.name for spec in topology.queues})
         alarms = await asyncio.to_thread(management.alarms)
+        if catch_all.has_argument is False:
+            alternate_policy = await asyncio.to_thread(management.deliver_alternate)
     except (OSError, ValueError, urllib.error.URLError) as exc:
         error = scrub(str(getattr(exc, "reason", None) or exc), management.password)
     else:
@@ -145,6 +161,9 @@ async def gather(
         other_arguments=other_arguments,
         alarms=alarms,
         partitions_problem=partitions,
+        delay_catch_all=catch_all,
+        delay_alternate_policy=alternate_policy,
+        vhost=management.vhost,
     )
 
 

@@ -65,7 +65,8 @@ HELD = (
 LADDER_HELD = (
     "RabbitMQ holds %s delayed message(s) in the delay ladder's level %s: their next hop "
     "(a lower level or an app's queue) did not confirm them. Nothing is lost. If that "
-    "queue is missing (deleted), declare it again (a worker, rabbitq topology) and any "
+    "queue is missing (deleted, where rabbitq.delay.deliver lacks its alternate exchange: "
+    "rabbitq doctor), declare it again (a worker, rabbitq topology) and any "
     "policy change on the level sends them at once; if it was down (a broker restart), "
     "RabbitMQ sends them again, about 25 per cycle, each time its dead-letter timer runs "
     "out (dead_letter_worker_publisher_confirm_timeout, 3 minutes by default: lower it, "

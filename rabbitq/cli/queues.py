@@ -21,7 +21,7 @@ from .._amqp.topology import (
     retry_queue_name,
 )
 from ..errors import ConfigurationError
-from ..ladder.plan import destination_arguments
+from ..ladder.plan import UNDELIVERABLE, deliver_arguments, destination_arguments
 from ..loader import load_app
 from ..retry import RetryPolicy, delay_ms
 from ..schedule.plan import progress_queue
@@ -68,7 +68,16 @@ def _topology_rows(topology: Topology) -> list[dict[str, Any]]:
     ladder = topology.ladder
     levels = ladder.levels
     rows += [
-        {"kind": "exchange", "name": ladder.deliver_exchange, "arguments": {"type": "headers"}},
+        {
+            "kind": "exchange",
+            "name": ladder.deliver_exchange,
+            "arguments": {"type": "headers", **deliver_arguments()},
+        },
+        {
+            "kind": "catch-all",
+            "name": UNDELIVERABLE,
+            "arguments": {"exchange": "fanout", "holds": "delayed messages whose queue is gone"},
+        },
         *(
             {
                 "kind": "binding",

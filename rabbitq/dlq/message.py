@@ -17,6 +17,7 @@ from aio_pika.abc import AbstractIncomingMessage
 from .._amqp import headers as h
 from .._amqp.topology import DLQ_SUFFIX, dlq_name
 from ..errors import DlqError
+from ..ladder.plan import DELAY_TO, UNDELIVERABLE
 from ..retry import parse_attempt
 from . import file as dlq_file
 
@@ -27,9 +28,11 @@ _VOLATILE_HEADERS = frozenset({"x-delivery-count"})
 
 
 def resolve_dlq(queue: str) -> str:
-    """The DLQ of ``queue`` (``emails`` -> ``emails.dlq``); a name ending in ``.dlq`` is
-    taken as the DLQ itself."""
-    return queue if queue.endswith(DLQ_SUFFIX) else dlq_name(queue)
+    """The DLQ of ``queue`` (``emails`` -> ``emails.dlq``); a name ending in ``.dlq``, or
+    the delay ladder's catch-all ``rabbitq.delay.undeliverable``, is taken as it is."""
+    if queue == UNDELIVERABLE or queue.endswith(DLQ_SUFFIX):
+        return queue
+    return dlq_name(queue)
 
 
 def reason_of(headers: Mapping[str, Any]) -> str:
@@ -69,7 +72,10 @@ def failed_at_of(headers: Mapping[str, Any], timestamp: datetime | None) -> date
 
 def origin_of(headers: Mapping[str, Any], dlq: str) -> str | None:
     """The queue the message failed in: ``rabbitq-queue``, else the queue in its latest
-    ``x-death``, else the DLQ's name without ``.dlq``."""
+    ``x-death``, else the DLQ's name without ``.dlq``. In the delay ladder's catch-all:
+    the queue it was delayed for (``rabbitq-delay-to``), not the level it waited in."""
+    if dlq == UNDELIVERABLE and (queue := h.text_header(headers, DELAY_TO)):
+        return queue
     if queue := h.text_header(headers, h.QUEUE):
         return queue
     death = h.last_death(headers)

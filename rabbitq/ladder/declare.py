@@ -3,24 +3,93 @@
 Every call is idempotent: declaring what exists with the same arguments is a no-op, so
 the worker, ``rabbitq topology`` and a publisher's first delayed message may all do it.
 On a robust channel aio-pika declares all of it again after a reconnect.
+
+Two objects may already exist with other arguments, and are then taken as they are
+rather than refused: :data:`~.plan.DELIVER_EXCHANGE` declared by a rabbitq without its
+``alternate-exchange`` (an exchange's arguments cannot change; ``rabbitq doctor`` tells
+how to add it by policy), and :data:`~.plan.UNDELIVERABLE`'s queue declared first by a
+ladder of the other queue type. Each is tried on a channel of its own first, since a
+refusal (``PRECONDITION_FAILED``) closes the channel it came on.
 """
 
 from __future__ import annotations
 
-import aio_pika
-from aio_pika.abc import AbstractChannel, AbstractExchange
+from collections.abc import Awaitable, Callable
+from typing import Any
 
-from .plan import DELIVER_EXCHANGE, Ladder, destination_arguments
+import aio_pika
+import aiormq
+from aio_pika.abc import AbstractChannel, AbstractExchange, AbstractQueue
+
+from .plan import (
+    DELIVER_EXCHANGE,
+    UNDELIVERABLE,
+    Ladder,
+    QueueType,
+    deliver_arguments,
+    destination_arguments,
+    undeliverable_arguments,
+)
+
+
+async def _accepted(
+    channel: AbstractChannel, attempt: Callable[[aiormq.abc.AbstractChannel], Awaitable[Any]]
+) -> bool:
+    """Whether ``attempt`` succeeds on a probe channel of ``channel``'s connection (False
+    on ``PRECONDITION_FAILED``), so that a refusal leaves ``channel`` open."""
+    underlay = await channel.get_underlay_channel()
+    probe = await underlay.connection.channel()
+    try:
+        await attempt(probe)
+    except aiormq.exceptions.ChannelPreconditionFailed:
+        return False
+    finally:
+        if not probe.is_closed:
+            await probe.close()
+    return True
+
+
+async def declare_deliver(channel: AbstractChannel) -> AbstractExchange:
+    """Declare :data:`DELIVER_EXCHANGE` with its alternate exchange; one that exists
+    without it is used as it is."""
+    arguments = deliver_arguments()
+
+    async def attempt(probe: aiormq.abc.AbstractChannel) -> Any:
+        return await probe.exchange_declare(
+            DELIVER_EXCHANGE, exchange_type="headers", durable=True, arguments=arguments
+        )
+
+    if await _accepted(channel, attempt):
+        return await channel.declare_exchange(
+            DELIVER_EXCHANGE, aio_pika.ExchangeType.HEADERS, durable=True, arguments=arguments
+        )
+    return await channel.get_exchange(DELIVER_EXCHANGE, ensure=True)
+
+
+async def declare_undeliverable(channel: AbstractChannel, queue_type: QueueType) -> AbstractQueue:
+    """Declare :data:`UNDELIVERABLE`: a fanout exchange and a durable queue bound to it
+    (of ``queue_type``, unless it exists as the other type)."""
+    exchange = await channel.declare_exchange(
+        UNDELIVERABLE, aio_pika.ExchangeType.FANOUT, durable=True
+    )
+    arguments = undeliverable_arguments(queue_type)
+
+    async def attempt(probe: aiormq.abc.AbstractChannel) -> Any:
+        return await probe.queue_declare(UNDELIVERABLE, durable=True, arguments=arguments)
+
+    if await _accepted(channel, attempt):
+        queue = await channel.declare_queue(UNDELIVERABLE, durable=True, arguments=arguments)
+    else:
+        queue = await channel.get_queue(UNDELIVERABLE, ensure=True)
+    await queue.bind(exchange)
+    return queue
 
 
 async def declare(channel: AbstractChannel, ladder: Ladder) -> None:
-    """Declare the delivering exchange, every level's exchange and queue, and the
-    bindings between them (durable, all of them)."""
-    exchanges: dict[str, AbstractExchange] = {
-        DELIVER_EXCHANGE: await channel.declare_exchange(
-            DELIVER_EXCHANGE, aio_pika.ExchangeType.HEADERS, durable=True
-        )
-    }
+    """Declare the catch-all for undeliverable messages, the delivering exchange, every
+    level's exchange and queue, and the bindings between them (durable, all of them)."""
+    await declare_undeliverable(channel, ladder.queue_type)
+    exchanges: dict[str, AbstractExchange] = {DELIVER_EXCHANGE: await declare_deliver(channel)}
     for name in ladder.exchanges:
         exchanges[name] = await channel.declare_exchange(
             name, aio_pika.ExchangeType.TOPIC, durable=True
@@ -43,6 +112,6 @@ async def bind_destination(channel: AbstractChannel, queue: str) -> None:
 
     A queue that does not exist closes ``channel`` (``ChannelNotFoundEntity``).
     """
-    await channel.declare_exchange(DELIVER_EXCHANGE, aio_pika.ExchangeType.HEADERS, durable=True)
+    await channel.get_exchange(DELIVER_EXCHANGE, ensure=True)
     target = await channel.get_queue(queue, ensure=False)
     await target.bind(DELIVER_EXCHANGE, arguments=destination_arguments(queue))

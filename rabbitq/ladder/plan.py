@@ -50,6 +50,13 @@ PREFIX = "rabbitq.delay"
 DELIVER_EXCHANGE = f"{PREFIX}.deliver"
 """The headers exchange the last hop dead-letters into; each app's queue is bound to it."""
 
+UNDELIVERABLE = f"{PREFIX}.undeliverable"
+"""The fanout exchange and the durable queue, both of this name, that keep a delayed
+message whose queue is gone when it falls due: :data:`DELIVER_EXCHANGE`'s
+``alternate-exchange``, so the last hop always routes and one undeliverable message never
+holds the others back (docs/delays.md, "A queue deleted while its messages wait")."""
+ALTERNATE_EXCHANGE = "alternate-exchange"
+
 DELAY_TO = "rabbitq-delay-to"
 """Header: the name of the one queue a delayed message is delivered to."""
 DUE = "rabbitq-due"
@@ -124,9 +131,11 @@ def level_arguments(queue_type: QueueType, level: int) -> dict[str, Any]:
 
     No ``x-dead-letter-routing-key``: the message keeps its key, its bits. On quorum the
     dead-lettering is at-least-once, which RabbitMQ honours only with
-    ``x-overflow: reject-publish``; then a message whose next hop has nowhere to go (its
-    queue not bound yet, a node down) stays in its level and is sent again, instead of
-    being dropped. Classic queues dead-letter at most once. Nothing consumes a level, but
+    ``x-overflow: reject-publish``; then a message whose next hop does not confirm it (a
+    node down) stays in its level and is sent again, instead of being dropped. One whose
+    app queue does not exist is routed to :data:`UNDELIVERABLE` by the delivering
+    exchange's alternate exchange, on both queue types. Classic queues dead-letter at most
+    once. Nothing consumes a level, but
     a person may read one (the management UI's "get messages" returns them): the
     delivery limit is set far above any number of such reads, as on a DLQ, since RabbitMQ
     4.0 gives quorum queues a limit of 20 and a message at it would be dead-lettered,
@@ -144,6 +153,22 @@ def level_arguments(queue_type: QueueType, level: int) -> dict[str, Any]:
             "x-overflow": "reject-publish",
         }
     return arguments
+
+
+def deliver_arguments() -> dict[str, Any]:
+    """The arguments of :data:`DELIVER_EXCHANGE`: its alternate exchange,
+    :data:`UNDELIVERABLE`, takes what no app's queue is bound for."""
+    return {ALTERNATE_EXCHANGE: UNDELIVERABLE}
+
+
+def undeliverable_arguments(queue_type: QueueType) -> dict[str, Any]:
+    """The arguments of the :data:`UNDELIVERABLE` queue when a ladder of ``queue_type``
+    declares it first: no length limit, no TTL (nothing in it expires or is dropped); on
+    quorum the delivery limit of a DLQ, so reading it (``rabbitq dlq list``) never
+    dead-letters a message."""
+    if queue_type == "quorum":
+        return {"x-queue-type": "quorum", "x-delivery-limit": DELIVERY_LIMIT}
+    return {}
 
 
 def destination_arguments(queue: str) -> dict[str, Any]:

@@ -400,7 +400,16 @@ def test_topology_dry_run_json_prints_the_plan_without_touching_the_broker():
             "name": "unit-cli-x -> unit-cli",
             "arguments": {"routing_key": "unit.cli.signup"},
         },
-        {"kind": "exchange", "name": "rabbitq.delay.deliver", "arguments": {"type": "headers"}},
+        {
+            "kind": "exchange",
+            "name": "rabbitq.delay.deliver",
+            "arguments": {"type": "headers", "alternate-exchange": "rabbitq.delay.undeliverable"},
+        },
+        {
+            "kind": "catch-all",
+            "name": "rabbitq.delay.undeliverable",
+            "arguments": {"exchange": "fanout", "holds": "delayed messages whose queue is gone"},
+        },
         {
             "kind": "binding",
             "name": "rabbitq.delay.deliver -> unit-cli",

@@ -48,7 +48,10 @@ async def test_doctor_without_the_api_reports_the_orphans_topology_finds(
     (waiting,) = [line for line in lines if f"{queue}.retry.10m" in line]
     assert empty.startswith("info ") and "safe to delete" in empty
     assert waiting.startswith("WARN ") and "holds 1 message(s)" in waiting
-    assert "1 warning(s)" in lines[-1] or "2 warning(s)" in lines[-1]
+    # besides the delay ladder's, shared by the vhost (docs/delays.md: an older
+    # rabbitq.delay.deliver, delayed messages other tests left in the catch-all)
+    ours = [line for line in lines if line.startswith("WARN ") and "rabbitq.delay." not in line]
+    assert len(ours) in (1, 2), out
     assert not [line for line in lines if line.startswith("ok ")]  # a fact is not a verdict
 
 
