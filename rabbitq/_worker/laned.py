@@ -23,10 +23,10 @@ from typing import Any
 from .._amqp.lanes import lane_queue
 from ..app import App
 from ..errors import ConfigurationError
-from ..hooks import Hooks, combine
+from ..hooks import combine
+from .composite import Composite
 from .lane_gate import LaneGate, LaneStage
 from .lifecycle import Worker
-from .stopping import run_until_stopped
 
 log = logging.getLogger("rabbitq.worker")
 
@@ -43,7 +43,7 @@ def lane_view(app: App, level: int, gate: LaneGate) -> App:
     return view
 
 
-class PriorityWorker:
+class PriorityWorker(Composite):
     """Runs every lane of ``app`` in one process. It has a worker's interface (``run``,
     ``stop``, ``shutdown``, ``health``, ``ready``); for the rest (``app``, ``url``,
     ``topology``, ``connection``, ...) it answers as lane 0's worker (``first``).
@@ -69,59 +69,6 @@ class PriorityWorker:
         self._started: list[Worker] = []
         self._stop = asyncio.Event()
         self._stopping = False
-
-    @property
-    def app(self) -> App:
-        """Lane 0's view of the app (its queue is the app's)."""
-        return self.first.app
-
-    @property
-    def url(self) -> str:
-        """The broker URL every lane connects to."""
-        return self.first.url
-
-    @property
-    def tls(self) -> Any:
-        """The TLS settings every lane connects with."""
-        return self.first.tls
-
-    @property
-    def hooks(self) -> Hooks:
-        """The hooks every lane reports to (the caller's)."""
-        return self._hooks
-
-    @property
-    def topology(self) -> Any:
-        """The app's topology (every lane's worker has the same)."""
-        return self.first.topology
-
-    @property
-    def keeper(self) -> Any:
-        """Lane 0's keeper (its copy channel)."""
-        return self.first.keeper
-
-    @property
-    def connection(self) -> Any:
-        """Lane 0's connection while it runs."""
-        return self.first.connection
-
-    @property
-    def ready(self) -> asyncio.Event:
-        """Set while lane 0 is ready (see :meth:`health` for all)."""
-        return self.first.ready
-
-    @property
-    def started(self) -> list[str]:
-        """The lane queues this process consumes."""
-        return [worker.app.queue for worker in self._started]
-
-    def stop(self) -> None:
-        """Ask :meth:`run` to stop every lane and return. Signal-safe."""
-        self._stop.set()
-
-    async def run(self, *, install_signal_handlers: bool = False) -> None:
-        """Start, run until stopped, then stop every lane."""
-        await run_until_stopped(self, self._stop, install_signal_handlers=install_signal_handlers)
 
     async def start(self) -> None:
         """Start every lane's worker at once (so that no lane takes every slot while

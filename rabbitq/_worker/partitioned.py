@@ -41,9 +41,9 @@ from .._amqp.topology import queue_depths
 from ..app import App
 from ..errors import ConfigurationError
 from ..hooks import Hooks, combine
+from .composite import Composite
 from .laned import PriorityWorker
 from .lifecycle import Worker
-from .stopping import run_until_stopped
 
 log = logging.getLogger("rabbitq.worker")
 
@@ -61,7 +61,7 @@ def homes(partitions: int, index: int, processes: int) -> list[int]:
     return own or list(range(partitions))  # more processes than partitions: stand by
 
 
-class PartitionedWorker:
+class PartitionedWorker(Composite):
     """Runs every partition of ``app`` in one process: one :class:`Worker` per partition
     queue (``partitions``), the home ones started first. It has a worker's interface
     (``run``, ``stop``, ``shutdown``, ``health``, ``ready``), and for the rest (``app``,
@@ -105,62 +105,7 @@ class PartitionedWorker:
         worker.consume_args["x-priority"] = HOME_PRIORITY if index in self.home else 0
         return worker
 
-    # -- what a worker answers: the first home partition's --------------------------------
-
-    @property
-    def app(self) -> App:
-        """The first home partition's view of the app."""
-        return self.first.app
-
-    @property
-    def url(self) -> str:
-        """The broker URL every partition connects to."""
-        return self.first.url
-
-    @property
-    def tls(self) -> Any:
-        """The TLS settings every partition connects with."""
-        return self.first.tls
-
-    @property
-    def hooks(self) -> Hooks:
-        """The hooks every partition reports to (the caller's)."""
-        return self._hooks
-
-    @property
-    def topology(self) -> Any:
-        """The first home partition's topology (the app's exchanges and the DLQ)."""
-        return self.first.topology
-
-    @property
-    def keeper(self) -> Any:
-        """The first home partition's keeper (its copy channel)."""
-        return self.first.keeper
-
-    @property
-    def connection(self) -> Any:
-        """The first home partition's connection while it runs."""
-        return self.first.connection
-
-    @property
-    def ready(self) -> asyncio.Event:
-        """Set while the first home partition is ready (see :meth:`health` for all)."""
-        return self.first.ready
-
-    @property
-    def started(self) -> list[str]:
-        """The partition queues this process consumes now (home and stand-by)."""
-        return [worker.app.queue for worker in self._started]
-
-    # -- the lifecycle --------------------------------------------------------------------
-
-    def stop(self) -> None:
-        """Ask :meth:`run` to stop every partition and return. Signal-safe."""
-        self._stop.set()
-
-    async def run(self, *, install_signal_handlers: bool = False) -> None:
-        """Start, run until stopped, then stop every partition in order."""
-        await run_until_stopped(self, self._stop, install_signal_handlers=install_signal_handlers)
+    # -- the lifecycle (the rest a worker answers: composite.Composite) -----------------
 
     async def start(self) -> None:
         """Check the broker has the consistent-hash exchange (on a connection of its own:
