@@ -332,7 +332,7 @@ def purge(
         rabbitq dlq purge emails --reason invalid --until 7d --yes
     """
     filters = filters_from(kwargs)
-    tracing, released, release = app_seams(app_spec)  # docs/dlq.md, docs/control.md
+    tracing, released = app_seams(app_spec)  # docs/dlq.md, docs/control.md
     dlq_queue = ops.resolve_dlq(queue)
     what = f"matching {filters.describe()}" if filters.active else "(no filter: ALL of them)"
     if not yes and not dry_run:
@@ -370,7 +370,7 @@ def purge(
                 limit=limit,
                 dry_run=dry_run,
                 on_progress=progress,
-                tracing=tracing, released=released, release=release,
+                tracing=tracing, released=released,
             ),
         )
     if not as_json and filters.active:

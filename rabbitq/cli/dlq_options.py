@@ -19,11 +19,10 @@ from .._amqp.connection import connect_once
 from ..dlq.operations import Released
 from ..errors import DlqError, DlqInterrupted
 from ..loader import load_app
-from ..payloads.steps import blobs_released
 from ..retry import DLQ_REASONS as REASONS
 from ..settings import TLS, resolve_url
 from ..tracing.base import Tracing
-from ..unique.release import KeyRelease, key_release
+from ..unique.release import purge_releases
 from . import dlq_view as view
 from .common import F
 from .when import WHEN
@@ -190,17 +189,14 @@ def report_interruption(fn: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-def app_seams(
-    app_spec: str | None,
-) -> tuple[Tracing | None, Released | None, KeyRelease | None]:
-    """What ``--app MODULE:APP`` gives a purge: the app's tracing (its status records),
-    what it releases with the messages deleted (their large payloads) and the release
-    of the unique and debounce keys they held (docs/control.md)."""
+def app_seams(app_spec: str | None) -> tuple[Tracing | None, list[Released]]:
+    """What ``--app MODULE:APP`` gives a purge: the app's tracing (its status records)
+    and what it releases with the messages deleted (their large payloads' blobs, the
+    unique and debounce keys they held: docs/payloads.md, docs/control.md)."""
     app = load_app(app_spec) if app_spec else None
     if app is None:
-        return None, None, None
-    blobs = blobs_released(app.large_payloads) if app.large_payloads else None
-    return app.tracing, blobs, key_release(app)
+        return None, []
+    return app.tracing, purge_releases(app)
 
 
 def _cipher_of_app(_ctx: click.Context, _param: click.Parameter, spec: str | None) -> Any:

@@ -24,7 +24,7 @@ from starlette.staticfiles import StaticFiles
 from .. import dlq
 from ..crypto.view import reveal
 from ..errors import DlqError, RabbitqError
-from ..unique.release import key_release
+from ..unique.release import purge_releases
 from . import cancel_page, views
 from .actions import (
     OPERATIONS,
@@ -292,7 +292,7 @@ async def run(request: Request) -> Response:
     url = state.config.url
     tracing = tracing_for(state.config.statuses, snap.queue)  # App(status=...): recorded
     apps = [app for _, app in state.config.statuses if app.topology().dlq.name == snap.queue]
-    release = key_release(apps[0]) if apps else None  # a purge frees its messages' keys
+    released = purge_releases(apps[0]) if apps else []  # a purge frees its messages' keys
     lock = state.lock(snap.queue)
     if operation == "export":
         state.config.export_dir.mkdir(parents=True, exist_ok=True)
@@ -314,7 +314,7 @@ async def run(request: Request) -> Response:
             if operation == "purge":
                 return await dlq.purge(
                     snap.queue, url=url, filters=filters, limit=len(keys), on_progress=progress,
-                    tracing=tracing, release=release,
+                    tracing=tracing, released=released,
                 )  # fmt: skip
             assert job.export_path is not None
             return await dlq.export(

@@ -28,14 +28,15 @@ from .._amqp.copy import Copy, replay_headers
 from .._amqp.copy import replay as replay_copy
 from ..errors import DlqError
 from ..tracing.base import NO_SEND, NO_TRACING, SendSpan, Tracing
-from ..unique.release import Release, keys_of, release_all
 from .message import DeadMessage, Filters, resolve_dlq
 from .mover import Mover, Pacer
 from .reader import LostConnection, interrupted, session, user_of
 from .tally import Progress, Tally
 
-Released = Callable[[Sequence[Mapping[str, Any]]], Awaitable[None]]
-"""What a purge calls with the headers of the messages it deleted (:func:`purge`)."""
+Gone = Sequence[tuple[Mapping[str, Any], str]]
+"""The messages a purge deleted, as ``(headers, message_id)`` pairs."""
+Released = Callable[[Gone], Awaitable[None]]
+"""What a purge calls with the messages it deleted (:func:`purge`)."""
 
 # Copies in flight (published, confirm not yet received) during replay and import.
 DEFAULT_WINDOW = 256
@@ -200,20 +201,18 @@ async def purge(
     on_progress: Progress | None = None,
     connection: AbstractConnection | None = None,
     tracing: Tracing | None = None,
-    release: Release | None = None,
-    released: Released | None = None,
+    released: Sequence[Released] = (),
 ) -> Tally:
     """Delete the DLQ messages that match ``filters`` (all of them without filters), at
     most ``limit``; the others stay, in order. ``dry_run`` deletes nothing and counts
     what would go. ``tracing`` (e.g. the app's) is told of each message deleted (its
-    status becomes ``purged`` with ``App(status=...)``). ``released`` is called once the
-    deletions are settled, with the headers of every message deleted: what the app
-    keeps elsewhere for them goes too (a large payload's blob); ``release`` (the app's
-    :func:`~rabbitq.unique.release.key_release`) frees the unique and debounce keys of
-    each (compare-and-delete, by its message id)."""
+    status becomes ``purged`` with ``App(status=...)``). Each of ``released`` is called once
+    the deletions are settled, with every message deleted (its headers and id): what the
+    app keeps elsewhere for them goes too (a large payload's blob,
+    :func:`~rabbitq.payloads.steps.blobs_released`; its unique and debounce keys,
+    :func:`~rabbitq.unique.release.keys_released`)."""
     tracing = tracing or NO_TRACING
-    gone: list[Mapping[str, Any]] = []
-    keyed: list[tuple[dict[str, Any], str]] = []
+    gone: list[tuple[Mapping[str, Any], str]] = []
     async with session(
         "purge",
         queue,
@@ -233,10 +232,8 @@ async def purge(
             if not dry_run:
                 await reader.ack(delivery)
                 tracing.purged(queue=s.dlq, message_id=m.message_id or "")
-                if released is not None:
-                    gone.append(m.headers)
-                if release is not None and any(keys_of(delivery.headers or {})):
-                    keyed.append((dict(delivery.headers or {}), m.message_id or ""))
+                if released:
+                    gone.append((m.headers, m.message_id or ""))
             tally.done += 1
             if on_progress is not None:
                 on_progress(tally)
@@ -244,9 +241,7 @@ async def purge(
                 break
         if not dry_run:
             await reader.settled()  # every ack has been processed
-    if gone and released is not None:
-        await released(gone)
-    if release is not None:
-        await release_all(release, keyed)
+    for release in released if gone else ():
+        await release(gone)
     await tracing.flush()
     return tally

@@ -115,11 +115,13 @@ async def _quietly(call: Awaitable[None], what: str, blob_id: str) -> None:
         log.warning("could not %s the large payload %s: %s", what, blob_id, exc)
 
 
-def blobs_released(store: BlobStore) -> Callable[[Sequence[Mapping[str, Any]]], Awaitable[None]]:
-    """What a DLQ purge calls with its deleted messages' headers: their blobs deleted."""
+def blobs_released(
+    store: BlobStore,
+) -> Callable[[Sequence[tuple[Mapping[str, Any], str]]], Awaitable[None]]:
+    """What a DLQ purge calls with the messages it deleted: their blobs deleted."""
 
-    async def release(headers: Sequence[Mapping[str, Any]]) -> None:
-        ids = [ref.id for h in headers if (ref := ref_of(h)) is not None]
+    async def release(gone: Sequence[tuple[Mapping[str, Any], str]]) -> None:
+        ids = [ref.id for h, _ in gone if (ref := ref_of(h)) is not None]
         if ids:
             await store.delete(ids)
 

@@ -5,10 +5,11 @@ ends its debounce burst, so no key is held by a message that no longer exists.""
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from .._amqp import headers as h
+from ..payloads.steps import blobs_released
 from .store import KeyStore
 
 log = logging.getLogger("rabbitq.unique")
@@ -53,7 +54,24 @@ def key_release(app: Any) -> KeyRelease | None:
     return None if store is None else KeyRelease(store)
 
 
-async def release_all(release: Release, gone: list[tuple[dict[str, Any], str]]) -> int:
+Gone = Sequence[tuple[Mapping[str, Any], str]]
+"""Messages a purge deleted: ``(headers, message_id)`` (as :data:`rabbitq.dlq.operations.Gone`)."""
+
+
+def keys_released(app: Any) -> Callable[[Gone], Awaitable[int]] | None:
+    """What a DLQ purge calls to free the keys of the messages it deleted
+    (:func:`release_all` over ``app``'s :func:`key_release`); None without a store."""
+    release = key_release(app)
+    if release is None:
+        return None
+
+    async def released(gone: Gone) -> int:
+        return await release_all(release, [(h, m) for h, m in gone if any(keys_of(h))])
+
+    return released
+
+
+async def release_all(release: Release, gone: Gone) -> int:
     """Release each ``(headers, message_id)``, then close ``release``; a failure is
     logged (the key is then held until its window ends) and counted. Returns how many
     failed."""
@@ -74,3 +92,10 @@ def _text(value: Any) -> str | None:
     if isinstance(value, bytes):
         value = value.decode("utf-8", "replace")
     return value if isinstance(value, str) and value else None
+
+
+def purge_releases(app: Any) -> list[Callable[[Gone], Awaitable[Any]]]:
+    """What a purge of ``app``'s DLQ releases with the messages it deletes (``released=``
+    of :func:`rabbitq.dlq.purge`): their large payloads' blobs and their keys."""
+    blobs = blobs_released(app.large_payloads) if app.large_payloads else None
+    return [r for r in (blobs, keys_released(app)) if r is not None]

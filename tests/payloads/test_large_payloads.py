@@ -160,7 +160,7 @@ async def test_a_dlq_purge_with_the_app_deletes_the_blobs_of_what_it_deleted(
     assert len(await rows(blobs)) == 3
     from rabbitq.payloads.steps import blobs_released
 
-    tally = await dlq.purge(app.queue, url=app.url, released=blobs_released(blobs), limit=2)
+    tally = await dlq.purge(app.queue, url=app.url, released=[blobs_released(blobs)], limit=2)
     assert tally.done == 2
     assert len(await rows(blobs)) == 1  # the one still in the DLQ keeps its blob
 

@@ -13,7 +13,7 @@ import pytest
 from rabbitq import Context, PermanentError, Worker, dlq
 from rabbitq.backends import RedisBackend
 from rabbitq.errors import ConfigurationError, Unroutable
-from rabbitq.unique.release import key_release
+from rabbitq.unique.release import keys_released
 from tests.helpers import (
     ROOT,
     Recorder,
@@ -123,7 +123,7 @@ async def test_a_purged_dead_letter_frees_its_key(make_keyed, broker_url):
         await wait_for(lambda: recorder.count("dead_lettered") == 1)
         # dead-lettered, not gone: the key is still held by it (a replay may run it)
         assert await pub.publish(Capture(order_id=4), unique_for=3600, unique_key="c:4") == first
-        tally = await dlq.purge(app.queue, url=broker_url, release=key_release(app))
+        tally = await dlq.purge(app.queue, url=broker_url, released=[keys_released(app)])
         assert tally.done == 1
         second = await pub.publish(Capture(order_id=4), unique_for=3600, unique_key="c:4")
         assert second != first
