@@ -36,6 +36,7 @@ from ..errors import ConfigurationError, DecodeError, HandlerNotStarted
 from ..handler import Handler
 from ..hooks import UNKNOWN
 from ..job import Delivery, Job, Next, Stage, failed
+from ..ladder.plan import PREFIX as LADDER_PREFIX
 from ..message import decode as decode_body
 from ..outcome import ACK, DeadLetter, Outcome
 from ..retry import INVALID, UNKNOWN_TYPE, not_started, parse_attempt
@@ -121,14 +122,14 @@ def _undecodable(job: Job) -> Outcome | None:
     handler = job.handler
     if handler is None:
         error = f"UnknownType: no handler for type {job.type_name!r} on queue {job.queue!r}"
-        routed = job.delivery.routing_key
-        if job.delivery.type and routed and routed != job.delivery.type:
-            exchange = job.delivery.exchange
-            if exchange and not exchange.startswith("rabbitq.delay."):
-                error += (
-                    f" routed by key {routed!r} (a message is handled only as the type "
-                    "its routing key names)"
-                )
+        delivery = job.delivery
+        routed, claimed, exchange = delivery.routing_key, delivery.type, delivery.exchange
+        from_ladder = (exchange or "").startswith(LADDER_PREFIX + ".")  # routed by bits
+        if claimed and routed and routed != claimed and exchange and not from_ladder:
+            error += (
+                f" routed by key {routed!r} (a message is handled only as the type "
+                "its routing key names)"
+            )
         return Outcome(
             DeadLetter(UNKNOWN_TYPE),
             UNKNOWN,

@@ -105,6 +105,7 @@ class Worker:
         self._handlers = app.handlers
         self._queue_name = app.queue
         self._chords = sealed_chords(app)  # members counted, results kept (App(status=...))
+        self._cipher = cipher_of(app)  # an encrypted app's follow-ups are sealed with it
         self._executor = HandlerPool(
             sync_workers or self.prefetch,
             abandoned=functools.partial(report_abandoned, self.hooks, self._queue_name),
@@ -394,7 +395,6 @@ class Worker:
     async def _send_follow_ups(self, follow_ups: Sequence[FollowUp]) -> None:
         """Publish a succeeded handler's follow-ups, confirmed, before its ack."""
         assert (channel := self.keeper.copy_channel) is not None
-        app, cipher = self.app, cipher_of(self.app)  # an encrypted app's follow-ups: sealed
-        await send_follow_ups(
-            channel, app.exchange, follow_ups, self.hooks, app.tracing, cipher=cipher
-        )
+        app = self.app
+        await send_follow_ups(channel, app.exchange, follow_ups, self.hooks, app.tracing,
+                              cipher=self._cipher)  # fmt: skip
