@@ -24,7 +24,7 @@ class Ping(Message, type="{queue}.ping"):
     n: int
 
 
-app = App(queue="{queue}")
+app = App(queue="{queue}", exchange="{queue}.x")  # its own: --delete removes it
 
 
 @app.handler(Ping)
