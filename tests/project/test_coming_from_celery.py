@@ -44,26 +44,38 @@ MODULES = (
 # What a Celery or Dramatiq user looks for first: (what the page must say, the guide it
 # must link to, whether the code has it). The code check keeps the list honest.
 CAPABILITIES: dict[str, tuple[str, str, Callable[[], bool]]] = {
-    "sync publisher": ("app.sync_publisher()", "control.md", lambda: hasattr(App, "sync_publisher")),
-    "cancel": ("app.cancel(", "control.md#cancel", lambda: hasattr(App, "cancel")),
-    "cancel from the shell": ("rabbitq cancel", "control.md#cancel", lambda: "cancel" in cli.commands),
+    "sync publisher": ("app.sync_publisher()", "control.md", lambda: _app("sync_publisher")),
+    "cancel": ("app.cancel(", "control.md#cancel", lambda: _app("cancel")),
+    "cancel from the shell": ("rabbitq cancel", "control.md#cancel", lambda: _cmd("cancel")),
     "priorities": ("App(priorities=", "control.md#priorities", lambda: _takes(App, "priorities")),
-    "unique": ("unique_for=", "control.md#unique-publishes", lambda: _takes(Publisher.publish, "unique_for")),
-    "debounce": ("debounce=", "control.md#debounce", lambda: _takes(Publisher.publish, "debounce")),
-    "schedules": ("@app.schedule(", "schedules.md", lambda: hasattr(App, "schedule")),
+    "unique": ("unique_for=", "control.md#unique-publishes", lambda: _publish("unique_for")),
+    "debounce": ("debounce=", "control.md#debounce", lambda: _publish("debounce")),
+    "schedules": ("@app.schedule(", "schedules.md", lambda: _app("schedule")),
     "workflows": ("chord(", "workflows.md", lambda: hasattr(rabbitq, "chord")),
-    "status": ("app.status(", "status.md", lambda: hasattr(App, "status")),
-    "status from the shell": ("rabbitq status", "status.md", lambda: "status" in cli.commands),
-    "console": ("rabbitq console", "console.md", lambda: "console" in cli.commands),
-    "dlq": ("rabbitq dlq", "dlq.md", lambda: "dlq" in cli.commands),
-    "delays": ("delay=", "delays.md", lambda: _takes(Publisher.publish, "delay")),
+    "status": ("app.status(", "status.md", lambda: _app("status")),
+    "status from the shell": ("rabbitq status", "status.md", lambda: _cmd("status")),
+    "console": ("rabbitq console", "console.md", lambda: _cmd("console")),
+    "dlq": ("rabbitq dlq", "dlq.md", lambda: _cmd("dlq")),
+    "delays": ("delay=", "delays.md", lambda: _publish("delay")),
     "rate limits": ("rate_limit=", "providers.md", lambda: _takes(App.handler, "rate_limit")),
     "testing without a broker": ("rabbitq.testing.deliver", "", lambda: True),
-}  # fmt: skip
+}
 
 
 def _takes(fn: Callable[..., Any], keyword: str) -> bool:
     return keyword in inspect.signature(fn).parameters
+
+
+def _publish(keyword: str) -> bool:
+    return _takes(Publisher.publish, keyword)
+
+
+def _app(attr: str) -> bool:
+    return hasattr(App, attr)
+
+
+def _cmd(name: str) -> bool:
+    return name in cli.commands
 
 
 # -- reading the page ----------------------------------------------------------------
@@ -292,7 +304,8 @@ def cli_lines(kind: str, code: str) -> Iterator[str]:
             yield code
         return
     if kind in ("bash", "sh", "shell", "console", "text", ""):
-        yield from (line.strip() for line in code.splitlines() if line.strip().startswith("rabbitq"))
+        lines = (line.strip() for line in code.splitlines())
+        yield from (line for line in lines if line.startswith("rabbitq"))
 
 
 # -- the page as a whole --------------------------------------------------------------
@@ -352,8 +365,8 @@ def test_the_page_reads_code_it_can_check():
         ("`rabbitq revoke app:app ID`", "no command 'rabbitq revoke'"),
         ("`rabbitq worker app:app --concurrency 4`", "worker has no option --concurrency"),
         ("`rabbitq dlq list/shw emails`", "no command 'rabbitq dlq shw'"),
-        ("```bash\nrabbitq purge app:app --force   # empties it\n```", "purge has no option --force"),
-        ("| `rabbitq worker -A proj` | `dramatiq` | `rabbitq beat app:app` |", "no command 'rabbitq beat'"),
+        ("```bash\nrabbitq purge app:app --force   # empty\n```", "purge has no option --force"),
+        ("| `celery -A proj beat` | `periodiq` | `rabbitq beat app:app` |", "'rabbitq beat'"),
     ],
 )
 def test_the_checks_catch_a_name_that_does_not_exist(snippet, expected):
