@@ -1,10 +1,17 @@
-"""The rows of the broker facts table (:data:`rabbitq._amqp.brokers.FACT_ROWS`): the
-:class:`FactRow` shape, and the rows about routing by key and single active consumers
-that partitions rest on (docs/ordering.md). Pure data."""
+"""The rows of the broker facts table (:data:`rabbitq._amqp.brokers.FACT_ROWS`): its
+:data:`COLUMNS`, the :class:`FactRow` shape, and the rows about routing by key and
+single active consumers that partitions rest on (docs/ordering.md). Pure data."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+COLUMNS = ("3.10-3.13", "4.0-4.2", "4.3", "4.4")
+"""The versions the table has a column for: :attr:`FactRow.values`, then
+:attr:`FactRow.in_4_4`."""
+
+SAME_AS_4_3 = "as 4.3"
+"""A 4.4 value: the RabbitMQ 4.4.0 release notes list no change to this fact."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -14,6 +21,9 @@ class FactRow:
     fact: str
     values: tuple[str, str, str]
     """3.10-3.13, 4.0-4.2, 4.3."""
+    in_4_4: str = SAME_AS_4_3
+    """4.4 (the ``4.3+`` series of :mod:`~rabbitq._amqp.brokers`, which decides the same
+    for it): what changed, else :data:`SAME_AS_4_3`."""
     verified: str
     """What was verified on this project's RabbitMQ 3.10.8, and how ("no": nothing)."""
     docs: str
