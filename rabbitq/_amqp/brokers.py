@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from .fact_rows import PARTITION_ROWS, FactRow
+from .fact_rows import PARTITION_ROWS, ROWS_4_4, FactRow
 
 log = logging.getLogger("rabbitq.worker")
 
@@ -326,33 +326,7 @@ FACT_ROWS: tuple[FactRow, ...] = (
         verified="yes (none on 3.10)",
         docs='RabbitMQ 4.3.0 release notes ("Quorum queue delayed retry")',
     ),
-    FactRow(
-        fact="a quorum queue holding a message until a time (native delayed delivery)",
-        values=(
-            "no",
-            "no",
-            "only a returned message: `x-opt-delivery-time` with AMQP 1.0's `modified` "
-            "outcome (delayed retry)",
-        ),
-        in_4_4="yes: a message waits until its `x-opt-delivery-time` annotation (AMQP 1.0; "
-        "the `DELAYED_DELIVERY` connection capability); a dead-lettered message keeps it. "
-        "The documentation found names no AMQP 0-9-1 way to set it",
-        verified="no: no 4.4 runs here, and 3.10.8 has none. rabbitq sets no "
-        "`x-opt-delivery-time` (it publishes over AMQP 0-9-1), so its delays (the ladder), "
-        "retries (TTL queues) and dead letters are the same on 4.4",
-        docs='the `rabbitmq_delayed_message_exchange` README ("Starting with RabbitMQ 4.4, '
-        'quorum queues natively support message delivery delay"), "Quorum Queues" '
-        "(4.3, explicit delivery time), rabbitmq-server #17288 and #17326; not in the "
-        "4.4.0 release notes",
-    ),
-    FactRow(
-        fact="`x-amqp-1.0-*` headers and `x-basic-*` annotations (AMQP 1.0 sections "
-        "written by 3.13 and earlier)",
-        values=("written (AMQP 1.0 plugin) and read", "read, no longer written", "read"),
-        in_4_4="no longer parsed: converted like any other `x-` header",
-        verified="no (rabbitq writes no `x-` header and reads neither)",
-        docs="RabbitMQ 4.4.0 release notes (breaking changes)",
-    ),
+    *ROWS_4_4,  # what 4.4 added or stopped (amqp.fact_rows)
     *PARTITION_ROWS,  # routing by key and single active consumers (amqp.fact_rows)
 )
 """The table in docs/reliability.md ("Broker versions"): the human statement of the facts
