@@ -72,8 +72,8 @@ async def test_a_store_restarted_empty_loses_no_burst(make_app, connection) -> N
                 try:
                     await wait_for(lambda: lasts_ran(runs) == KEYS, timeout=60, interval=0.2)
                 finally:
-                    print(f"restarted empty: {lasts_ran(runs)} of {KEYS} bursts ran their "
-                          f"last payload ({len(runs)} runs of {KEYS * BURST} messages)")  # fmt: skip
+                    print(f"restarted empty: {lasts_ran(runs)} of {KEYS} bursts ran their last "
+                          f"payload ({len(runs)} runs of {KEYS * BURST} messages)")  # fmt: skip
                 await asyncio.sleep(1.0)
         finally:
             await close_stores(app)
