@@ -92,20 +92,13 @@ class EpochWatch:
         return True
 
 
-# KEYS[1]: the epoch key; ARGV[1]: a fresh epoch, written if there is none.
-GET_OR_START = """
-local e = redis.call('GET', KEYS[1])
-if not e then
-  redis.call('SET', KEYS[1], ARGV[1])
-  e = ARGV[1]
-end
-return e
-"""
-
-
 async def current(client: Any, key: str) -> str:
-    """The epoch at ``key`` of the Redis ``client``, written now if it has none."""
-    value = await client.eval(GET_OR_START, 1, key, new_epoch())
+    """The epoch at ``key`` of the Redis ``client``, written now if it has none (one
+    ``SET NX`` and one ``GET`` in a pipeline: of two writers racing, one epoch)."""
+    pipe = client.pipeline(transaction=False)
+    pipe.set(key, new_epoch(), nx=True)
+    pipe.get(key)
+    _, value = await pipe.execute()
     return text(value) or ""
 
 
