@@ -28,7 +28,7 @@ from rabbitq.cancellation import model
 from rabbitq.cancellation.cancel import stage_of
 from rabbitq.status import MessageStatus
 from tests.effects.conftest import PG_URL, REDIS_URL, drop_tables
-from tests.helpers import running, wait_for
+from tests.helpers import declare_topology, running, wait_for
 
 pytestmark = [pytest.mark.services, pytest.mark.broker]
 
@@ -248,3 +248,39 @@ async def test_a_cancelled_order_is_never_captured_nor_reminded(make: Callable[.
     answers: Any = await app.cancel(jobs["o-kept"][0])
     assert answers[0].outcome == model.HANDLED and answers[0].text.startswith("already handled")
 
+
+
+async def test_a_cancel_right_after_its_publish_stops_it(
+    make: Callable[..., App], connection: Any
+) -> None:
+    # Issue 41: the "published" record was still queued in the publisher's status
+    # writer, so the cancel reported "unknown", stops_it False; the message was then
+    # acked unrun all the same. Each of 50 is cancelled the moment its publish returns.
+    app = make()
+    ran: list[int] = []
+
+    @app.handler(Capture)
+    async def capture(msg: Capture) -> None:
+        ran.append(msg.n)
+
+    await declare_topology(connection, app)  # no worker yet: the messages wait
+    reports: list[model.CancelReport] = []
+    ids: list[str] = []
+    async with app.publisher() as pub:
+        for n in range(50):
+            mid = await pub.publish(Capture(n=n))
+            ids.append(mid)
+            reports += await app.cancel(mid)
+    wrong = [(r.message_id, r.outcome) for r in reports if not r.stops_it]
+    print(f"{50 - len(wrong)} of 50 reports stops_it right after their publish")
+    assert wrong == [], wrong[:3]
+    assert {r.outcome for r in reports} == {model.PENDING}
+    async with running(Worker(app)):
+
+        async def all_acked_unrun() -> bool:
+            found = await states(app, ids)
+            return all(map(acked_unrun_by_worker, found.values()))
+
+        await wait_for(all_acked_unrun, timeout=60, interval=0.2)
+        await asyncio.sleep(0.5)  # anything that would run, runs now
+    assert ran == []
