@@ -58,6 +58,13 @@ def _chain(exc: BaseException) -> Iterator[BaseException]:
         current = current.__cause__ or current.__context__
 
 
+def _connection_closed(exc: BaseException) -> bool:
+    """aiormq's ``RuntimeError("<Connection: ...> closed")``: a channel asked of a
+    connection that went away (not a subclass of anything more telling)."""
+    text = str(exc)
+    return type(exc) is RuntimeError and text.startswith("<Connection") and text.endswith("closed")
+
+
 def worth_retrying(exc: BaseException) -> bool:
     """Whether a start that failed with ``exc`` should be tried again (pure): the
     broker or the network failed, and nothing in the error's chain is for a person
@@ -67,7 +74,7 @@ def worth_retrying(exc: BaseException) -> bool:
         return False
     if any(refusal.vhost_refusal("amqp:///", str(e)) is not None for e in chain):
         return False  # a vhost that does not exist or may not be used
-    return isinstance(exc, _TRANSIENT)
+    return isinstance(exc, _TRANSIENT) or _connection_closed(exc)
 
 
 def describe(exc: BaseException) -> str:

@@ -29,8 +29,10 @@ def caused(outer: BaseException, cause: BaseException) -> BaseException:
         aiormq.exceptions.ChannelNotFoundEntity("NOT_FOUND - home node of queue is down"),
         caused(BrokerUnavailable("cannot reach RabbitMQ at amqp://x:***@h/"), OSError()),
         asyncio.CancelledError(),  # aiormq's own future (the caller's is told apart)
+        RuntimeError('<Connection: "amqp://guest:******@127.0.0.1:5672/" at 0x7f> closed'),
     ],
-    ids=["refused", "timeout", "channel-closed", "forced", "not-found", "unreachable", "cancel"],
+    ids=["refused", "timeout", "channel-closed", "forced", "not-found", "unreachable", "cancel",
+         "connection-closed"],  # fmt: skip
 )
 def test_the_broker_or_the_network_failing_is_tried_again(exc):
     assert worth_retrying(exc)
@@ -55,8 +57,10 @@ def test_the_broker_or_the_network_failing_is_tried_again(exc):
         ConfigurationError("no such exchange type"),
         ValueError("invalid URL"),
         KeyError("a bug"),
+        RuntimeError("another bug"),
     ],
-    ids=["login", "tls", "vhost", "arguments", "permissions", "mismatch", "config", "url", "bug"],
+    ids=["login", "tls", "vhost", "arguments", "permissions", "mismatch", "config", "url", "bug",
+         "runtime-bug"],  # fmt: skip
 )
 def test_what_a_person_must_fix_is_raised_at_once(exc):
     assert not worth_retrying(exc)

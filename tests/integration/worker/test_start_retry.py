@@ -15,6 +15,7 @@ import pytest
 
 from rabbitq import App, BrokerUnavailable, Message, Worker
 from rabbitq._worker import consumer as consumer_module
+from rabbitq._worker import keeper as keeper_module
 from rabbitq._worker import lifecycle
 from tests.broker_node import BrokerNode, free_port
 from tests.helpers import wait_for
@@ -95,7 +96,7 @@ async def cut_for(proxy: TcpProxy, seconds: float) -> None:
     proxy.is_cut = False
 
 
-@pytest.mark.parametrize("step", ["declare", "consume"])
+@pytest.mark.parametrize("step", ["declare", "channel", "consume"])
 async def test_a_connection_lost_during_the_start_is_one_more_try(
     make_app, broker_url, step, monkeypatch, caplog
 ):
@@ -109,10 +110,20 @@ async def test_a_connection_lost_during_the_start_is_one_more_try(
         async def declare(channel: Any, topology: Any) -> Any:
             if not cuts:  # the first declare: the node goes under it
                 cuts.append(asyncio.create_task(cut_for(proxy, 3.0)))
-                await asyncio.sleep(0.2)
+                await wait_for(lambda: channel.is_closed, timeout=30)
             return await real_declare(channel, topology)
 
         monkeypatch.setattr(lifecycle, "declare", declare)
+    elif step == "channel":
+        real_open = keeper_module.Keeper.open_copy_channel
+
+        async def open_copy_channel(self: Any) -> None:
+            if not cuts:  # the copy channel opens while the connection is gone
+                cuts.append(asyncio.create_task(cut_for(proxy, 3.0)))
+                await wait_for(lambda: not self._connection().connected.is_set(), timeout=30)
+            await real_open(self)
+
+        monkeypatch.setattr(keeper_module.Keeper, "open_copy_channel", open_copy_channel)
     else:
         real_consume = consumer_module.Consumer._consume
 
@@ -135,7 +146,7 @@ async def test_a_connection_lost_during_the_start_is_one_more_try(
 async def test_a_bounded_wait_gives_up_with_one_error(make_app):
     app = make_app()
     counting(app)
-    worker = Worker(app, url=f"amqp://guest:guest@127.0.0.1:{free_port()}/")
+    worker = Worker(app, url=f"amqp://guest:guest@127.0.0.1:{free_port()}/", start_wait=3)
     with pytest.raises(BrokerUnavailable, match=r"cannot reach RabbitMQ.*\(waited 3s"):
         await asyncio.wait_for(worker.run(), 60)
 
