@@ -8,7 +8,7 @@ is listed, with its meaning, in ``docs/metrics.md``.
 
 Each gauge names how it is combined across the processes of ``rabbitq worker
 --processes N`` (prometheus-client's multiprocess mode; ignored in one process):
-in-flight and prefetch add up, queue depths are the latest sample (every process
+in-flight, unacked and prefetch add up, queue depths are the latest sample (every process
 samples the same queues), connection and consuming are the minimum (1 only when
 every process is connected), the breaker is the maximum.
 """
@@ -115,6 +115,14 @@ class Metrics(BatchSeries, OrderingSeries, Hooks):
         self.messages_in_flight = Gauge(
             "rabbitq_messages_in_flight",
             "Handlers running now.",
+            ["queue"],
+            registry=r,
+            multiprocess_mode="livesum",
+        )
+        self.messages_unacked = Gauge(
+            "rabbitq_messages_unacked",
+            "Deliveries received and not settled yet (running, waiting for a limit, a key, a "
+            "batch or a copy's confirm): what RabbitMQ counts as unacked for this worker.",
             ["queue"],
             registry=r,
             multiprocess_mode="livesum",
@@ -237,6 +245,7 @@ class Metrics(BatchSeries, OrderingSeries, Hooks):
         self._processed_children: dict[tuple[str, str, str], Counter] = {}
         self._duration_children: dict[tuple[str, str], Histogram] = {}
         self._in_flight_children: dict[str, Gauge] = {}
+        self._unacked_children: dict[str, Gauge] = {}
 
     def expect(self, app: App) -> None:
         """Start every series that ``app``'s worker can produce at zero.
@@ -271,6 +280,7 @@ class Metrics(BatchSeries, OrderingSeries, Hooks):
         self.messages_processed.labels(queue, UNKNOWN, "dead_lettered")
         self.dead_letters.labels(queue, UNKNOWN, UNKNOWN_TYPE)
         self.messages_in_flight.labels(queue)
+        self.messages_unacked.labels(queue)
         self.circuit_open.labels(queue)
         self.consuming.labels(queue)
         self.held_gauge.labels(queue)
@@ -350,6 +360,12 @@ class Metrics(BatchSeries, OrderingSeries, Hooks):
 
     def handler_finished(self, queue: str) -> None:
         self._in_flight(queue).dec()
+
+    def unacked_changed(self, queue: str, unacked: int) -> None:
+        child = self._unacked_children.get(queue)
+        if child is None:
+            child = self._unacked_children[queue] = self.messages_unacked.labels(queue)
+        child.set(unacked)
 
     def connection_changed(self, up: bool) -> None:
         if up and self._lost:

@@ -347,8 +347,13 @@ class Worker:
 
     def _track(self, task: asyncio.Task[None]) -> asyncio.Task[None]:
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self.hooks.unacked_changed(self._queue_name, len(self._tasks))
+        task.add_done_callback(self._settled)
         return task
+
+    def _settled(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        self.hooks.unacked_changed(self._queue_name, len(self._tasks))
 
     async def _handle(self, job: Job, acker: Acker) -> None:
         delivery, type_name = job.delivery, job.type_name
