@@ -54,7 +54,7 @@ from .ordering import Ordering
 from .settle import REQUEUE_BACKOFF, Settler
 from .spans import trace_delivery
 from .stages import for_worker
-from .stopping import drain, run_until_stopped
+from .stopping import Unsettled, drain, run_until_stopped
 
 log = logging.getLogger("rabbitq.worker")
 
@@ -141,7 +141,7 @@ class Worker:
         self._connection: AbstractRobustConnection | None = None
         self._coalesce_acks = coalesce_acks
         self._acker: Acker | None = None  # the acks of the current consume channel
-        self._tasks: set[asyncio.Task[None]] = set()  # every delivery not yet settled
+        self._tasks = Unsettled(self.hooks, self._queue_name)  # every delivery not yet settled
         self._handling: set[asyncio.Task[None]] = set()  # those still in their handler
         # Limited handlers wait for their turn without a handler slot (rabbitq.ratelimit).
         self.admission = Admission.for_app(app, prefetch=self.prefetch, hooks=self.hooks)
@@ -347,13 +347,8 @@ class Worker:
 
     def _track(self, task: asyncio.Task[None]) -> asyncio.Task[None]:
         self._tasks.add(task)
-        self.hooks.unacked_changed(self._queue_name, len(self._tasks))
-        task.add_done_callback(self._settled)
+        task.add_done_callback(self._tasks.discard)
         return task
-
-    def _settled(self, task: asyncio.Task[None]) -> None:
-        self._tasks.discard(task)
-        self.hooks.unacked_changed(self._queue_name, len(self._tasks))
 
     async def _handle(self, job: Job, acker: Acker) -> None:
         delivery, type_name = job.delivery, job.type_name
