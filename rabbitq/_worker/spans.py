@@ -20,4 +20,5 @@ def trace_delivery(
         correlation_id=delivery.correlation_id,
         attempt=attempt,
         body_size=len(delivery.body),
+        exchange=delivery.exchange or "",
     )

@@ -267,6 +267,7 @@ class StatusTracing(Tracing):
         correlation_id: str | None,
         attempt: int,
         body_size: int,
+        exchange: str = "",
     ) -> DeliverySpan:
         inner = NO_DELIVERY
         if self.inner.enabled:
@@ -279,6 +280,7 @@ class StatusTracing(Tracing):
                 correlation_id=correlation_id,
                 attempt=attempt,
                 body_size=body_size,
+                exchange=exchange,
             )
         detail = {"queue": queue, "type": type_name}
         workflow = workflow_of(headers)

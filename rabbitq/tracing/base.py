@@ -108,8 +108,10 @@ class Tracing:
         correlation_id: str | None,
         attempt: int,
         body_size: int,
+        exchange: str = "",
     ) -> DeliverySpan:
-        """A delivery arrived with ``headers``."""
+        """A delivery arrived from ``queue`` with ``headers``, published to ``exchange``
+        ("": the default exchange) with ``routing_key``."""
         return NO_DELIVERY
 
     def purged(self, *, queue: str, message_id: str) -> None:
