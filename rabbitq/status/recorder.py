@@ -268,6 +268,7 @@ class StatusTracing(Tracing):
         attempt: int,
         body_size: int,
         exchange: str = "",
+        delivery_tag: int | None = None,
     ) -> DeliverySpan:
         inner = NO_DELIVERY
         if self.inner.enabled:
@@ -281,6 +282,7 @@ class StatusTracing(Tracing):
                 attempt=attempt,
                 body_size=body_size,
                 exchange=exchange,
+                delivery_tag=delivery_tag,
             )
         detail = {"queue": queue, "type": type_name}
         workflow = workflow_of(headers)

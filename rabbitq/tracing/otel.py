@@ -301,6 +301,7 @@ class OpenTelemetry(Tracing):
         attempt: int,
         body_size: int,
         exchange: str = "",
+        delivery_tag: int | None = None,
     ) -> DeliverySpan:
         previous = self.conventions == semconv.PREVIOUS
         destination = (
@@ -314,6 +315,8 @@ class OpenTelemetry(Tracing):
         name = destination
         settle = None
         if not previous:
+            if delivery_tag is not None:
+                attributes["messaging.rabbitmq.message.delivery_tag"] = delivery_tag
             key = semconv.span_key(exchange, routing_key)
             name = semconv.receive_destination(exchange, key, queue)
             settle = _Settle(self.tracer, name, dict(attributes))

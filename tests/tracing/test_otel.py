@@ -45,6 +45,7 @@ def _deliver(tracing: OpenTelemetry, headers: dict[str, Any], attempt: int) -> A
         attempt=attempt,
         body_size=10,
         exchange="rabbitq",
+        delivery_tag=7,
     )
 
 
@@ -204,6 +205,7 @@ def test_spans_carry_the_current_messaging_conventions_for_rabbitmq_by_default(
         "messaging.destination.name": "rabbitq:email.send:emails",
         "messaging.message.body.size": 10,
         "rabbitq.type": "email.send",
+        "messaging.rabbitmq.message.delivery_tag": 7,
         "rabbitq.attempt": 3,
         "rabbitq.outcome": "success",
     }
@@ -215,6 +217,7 @@ def test_spans_carry_the_current_messaging_conventions_for_rabbitmq_by_default(
         "messaging.operation.name": "ack",
         "messaging.operation.type": "settle",
         "messaging.destination.name": "rabbitq:email.send:emails",
+        "messaging.rabbitmq.message.delivery_tag": 7,
     }
     # the opt-in variable's "messaging" (the stable names) changes nothing here
     monkeypatch.setenv("OTEL_SEMCONV_STABILITY_OPT_IN", "http,messaging")
@@ -275,6 +278,7 @@ def test_the_previous_conventions_are_the_spans_of_rabbitq_before(
         "rabbitq.type": "email.send",
     }
     attrs = consumer.attributes or {}
+    assert "messaging.rabbitmq.message.delivery_tag" not in attrs  # as before
     assert attrs["messaging.operation"] == "process"
     assert attrs["messaging.destination.name"] == "emails"
     assert attrs["rabbitq.attempt"] == 3

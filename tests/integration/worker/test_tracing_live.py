@@ -127,6 +127,9 @@ async def test_fail_twice_dead_letter_replay_succeed_is_one_trace(make_app, brok
         assert settle.name == f"ack {destination}"
         assert settle.attributes["messaging.operation.type"] == "settle"
         assert settle.attributes["messaging.destination.name"] == destination
+        tag = attempt.attributes["messaging.rabbitmq.message.delivery_tag"]
+        assert isinstance(tag, int) and tag >= 1
+        assert settle.attributes["messaging.rabbitmq.message.delivery_tag"] == tag
     assert [link.context.span_id for link in first.links] == []
     assert [link.context.span_id for link in second.links] == [first.context.span_id]
     assert [link.context.span_id for link in replay.links] == [second.context.span_id]
