@@ -55,7 +55,7 @@ from .ordering import Ordering
 from .settle import REQUEUE_BACKOFF, Settler
 from .spans import trace_delivery
 from .stages import for_worker
-from .stopping import drain, run_until_stopped
+from .stopping import Unsettled, drain, run_until_stopped
 
 log = logging.getLogger("rabbitq.worker")
 
@@ -143,7 +143,7 @@ class Worker:
         self._connection: AbstractRobustConnection | None = None
         self._coalesce_acks = coalesce_acks
         self._acker: Acker | None = None  # the acks of the current consume channel
-        self._tasks: set[asyncio.Task[None]] = set()  # every delivery not yet settled
+        self._tasks = Unsettled(self.hooks, self._queue_name)  # every delivery not yet settled
         self._handling: set[asyncio.Task[None]] = set()  # those still in their handler
         # Limited handlers wait for their turn without a handler slot (rabbitq.ratelimit).
         self.admission = Admission.for_app(app, prefetch=self.prefetch, hooks=self.hooks)
