@@ -4,7 +4,6 @@ under pytest-xdist alike."""
 
 from __future__ import annotations
 
-import asyncio
 import subprocess
 
 import pytest
@@ -60,7 +59,7 @@ def test_a_settle_timeout_is_timing_and_says_what_was_awaited() -> None:
 
 def test_timeouts_of_asyncio_subprocess_and_pytest_timeout_are_timing() -> None:
     assert classify(TimeoutError())[0] == TIMING
-    assert classify(asyncio.TimeoutError("slow"))[0] == TIMING
+    assert classify(TimeoutError("slow")) == (TIMING, "TimeoutError: slow")
     assert classify(subprocess.TimeoutExpired(["rabbitq"], 5))[0] == TIMING
     failed = pytest.fail.Exception("Timeout (>120.0s) from pytest-timeout.")
     assert classify(failed) == (TIMING, "the test's own timeout (>120.0s)")
