@@ -134,6 +134,8 @@ async def test_reload_restarts_the_worker_on_an_edit_and_the_new_handler_handles
         assert await worker.stop() == 0
     assert (cwd / "handled.txt").read_text() == "v1 1\nv2 2\n"
     assert sum("restarting the worker" in line for line in worker.lines) == 1
+    # what the start-up says of the configuration is said once, not after each restart
+    assert sum("consumer_timeout taken to be" in line for line in worker.lines) == 1
     assert "SIGTERM received: stopping the worker" in "".join(worker.lines)
 
 
