@@ -49,6 +49,7 @@ from .copies import CopyStore, own_arguments, own_targets
 from .delivery import Incoming
 from .dispatch import new_job, resolve_type
 from .handler_pool import HandlerPool, report_abandoned, report_returned
+from .held import Held
 from .keeper import Keeper
 from .ordering import Ordering
 from .settle import REQUEUE_BACKOFF, Settler
@@ -143,6 +144,8 @@ class Worker:
         self._acker: Acker | None = None  # the acks of the current consume channel
         self._tasks: set[asyncio.Task[None]] = set()  # every delivery not yet settled
         self._handling: set[asyncio.Task[None]] = set()  # those still in their handler
+        self._counted: set[asyncio.Task[None]] = set()  # in rabbitq_messages_in_flight
+        self.held = Held()  # deliveries held past every bound make it unready (worker/held)
         # Limited handlers wait for their turn without a handler slot (rabbitq.ratelimit).
         self.admission = Admission.for_app(app, prefetch=self.prefetch, hooks=self.hooks)
         self.tracing = app.tracing
@@ -162,6 +165,7 @@ class Worker:
             outbox=app.outbox,
             executor=self._executor,
             chords=self._chords,
+            held=self.held,
         )
 
     # -- lifecycle ---------------------------------------------------------------
@@ -209,8 +213,9 @@ class Worker:
         return self.consumer.ready
 
     def health(self) -> str | None:
-        """Why the worker is not ready (one line for ``/readyz``), or None; any thread."""
-        return self.consumer.health()
+        """Why the worker is not ready (one line for ``/readyz``), or None; any thread:
+        the consumer's reasons, or deliveries held past every bound (worker/held)."""
+        return self.consumer.health() or self.held.health()
 
     def stop(self) -> None:
         """Ask :meth:`run` to drain and return. Safe to call from a signal handler."""
@@ -351,15 +356,29 @@ class Worker:
         return task
 
     async def _handle(self, job: Job, acker: Acker) -> None:
+        try:
+            await self._handle_one(job, acker)
+        finally:  # settled (or returned): no longer held, no longer in flight
+            self.held.settled(job)
+            task = asyncio.current_task()
+            if task in self._counted:
+                self._counted.discard(task)
+                self.hooks.handler_finished(self._queue_name)
+
+    async def _handle_one(self, job: Job, acker: Acker) -> None:
         delivery, type_name = job.delivery, job.type_name
         assert isinstance(delivery, Incoming)
-        self.hooks.received(self._queue_name, type_name if job.handler else UNKNOWN)
         span = NO_DELIVERY
-        if self.tracing.enabled:
-            span = trace_delivery(self.tracing, delivery, self._queue_name, type_name, job.attempt)
         try:
+            self.hooks.received(self._queue_name, type_name if job.handler else UNKNOWN)
+            if self.tracing.enabled:
+                span = trace_delivery(
+                    self.tracing, delivery, self._queue_name, type_name, job.attempt
+                )
             with span.activate():
                 outcome = await self.pipeline.run(job)
+            if not isinstance(outcome, Outcome):
+                raise TypeError(f"the stage list returned {outcome!r:.60}, not an outcome")
         except asyncio.CancelledError:  # shutdown: while waiting, or after the grace period
             await self._settler.nack(delivery, type_name, acker)
             span.end("requeued")
@@ -369,6 +388,12 @@ class Worker:
             await asyncio.sleep(REQUEUE_BACKOFF)
             await self._settler.nack(delivery, type_name, acker)
             return
+        except Exception as exc:  # the last resort: a stage's bug must not hold it for ever
+            log.exception(
+                "message %s: its way through the worker failed; settled as a failed attempt",
+                delivery.message_id or "-",
+            )
+            outcome = job.fail(exc)
         finally:
             self._handling.discard(asyncio.current_task())
         if outcome.decision is REQUEUE:  # a breaker that is open, a middleware's "not now"
@@ -379,8 +404,10 @@ class Worker:
 
     async def _running(self, job: Job, call_next: Next) -> Outcome:
         """The worker's own stage, after admission: the delivery is in its handler (for
-        the drain and the in-handler metrics) until the rest of the list returns."""
+        the drain) until the rest of the list returns, and in flight (the metrics) until
+        it is settled (:meth:`_handle`)."""
         self.hooks.handler_started(self._queue_name)
+        self._counted.add(asyncio.current_task())  # type: ignore[arg-type]
         if job.delivery.redelivered:
             log.info(
                 "redelivered message %s (it may have been handled before: at-least-once)",
@@ -390,7 +417,6 @@ class Worker:
             return await call_next(job)
         finally:  # out of its handler now (and again in _handle: it may never get here)
             self._handling.discard(asyncio.current_task())
-            self.hooks.handler_finished(self._queue_name)
 
     async def _send_follow_ups(self, follow_ups: Sequence[FollowUp]) -> None:
         """Publish a succeeded handler's follow-ups, confirmed, before its ack."""
