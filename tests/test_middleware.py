@@ -4,6 +4,8 @@ raises is a failed attempt."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from rabbitq import App, ConfigurationError, Context, Job, Message, RetryPolicy
@@ -251,8 +253,6 @@ async def test_a_second_call_next_is_refused_and_the_handler_runs_once():
 
 
 async def test_a_hanging_middleware_is_bounded_by_the_handlers_timeout():
-    import asyncio
-
     class Hangs:
         async def __call__(self, job, call_next):
             await asyncio.sleep(3600)
@@ -272,8 +272,6 @@ async def test_a_hanging_middleware_is_bounded_by_the_handlers_timeout():
 
 
 async def test_the_middlewares_time_does_not_count_the_handlers():
-    import asyncio
-
     class Slowish:
         async def __call__(self, job, call_next):
             await asyncio.sleep(0.15)

@@ -187,3 +187,36 @@ async def test_readiness_and_in_flight_see_deliveries_held_past_every_bound(make
     assert counted == PREFETCH
     assert sorted(ran) == list(range(MESSAGES))  # released, each handled once
     assert (after, counted_after) == (None, 0)
+
+
+async def test_a_stage_that_fails_settles_its_delivery_as_a_failed_attempt(make_app, caplog):
+    """The last resort (worker/lifecycle.py): the stage list raising, or answering
+    something other than an outcome, settles the delivery as a failed attempt."""
+    app = make_app(retry=RetryPolicy(delays=(0.1,)), prefetch=PREFETCH)
+    ran: list[int] = []
+
+    @app.handler(Work)
+    async def work(msg: Work) -> None:
+        ran.append(msg.n)
+
+    rec = Recorder()
+    worker = Worker(app, hooks=rec)
+    run = worker.pipeline.run
+
+    async def broken(job: Job):
+        if job.attempt == 1:  # a bug in a stage, on every first attempt
+            if orjson.loads(job.body)["n"] % 2:
+                raise RuntimeError("stage bug")
+            return None
+        return await run(job)
+
+    worker.pipeline.run = broken
+    async with running(worker):
+        async with app.publisher() as pub:
+            for n in range(MESSAGES):
+                await pub.publish(Work(n=n))
+        await settle(lambda: len(ran) >= MESSAGES)
+        await asyncio.sleep(0.3)
+    assert sorted(ran) == list(range(MESSAGES))  # each once, on its second attempt
+    assert (rec.count("retried"), rec.count("succeeded")) == (MESSAGES, MESSAGES)
+    assert "settled as a failed attempt" in caplog.text
