@@ -114,7 +114,7 @@ class Metrics(BatchSeries, OrderingSeries, Hooks):
         )
         self.messages_in_flight = Gauge(
             "rabbitq_messages_in_flight",
-            "Handlers running now.",
+            "Deliveries in their handler or being settled now.",
             ["queue"],
             registry=r,
             multiprocess_mode="livesum",

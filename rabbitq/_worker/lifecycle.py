@@ -32,12 +32,9 @@ from ..crypto.results import sealed_chords
 from ..effects.followups import FollowUp
 from ..effects.sender import send_follow_ups
 from ..effects.store import close_stores
-from ..errors import ConfigurationError, HandlerNotStarted
-from ..hooks import UNKNOWN, Hooks, combine
-from ..job import Job, Next
-from ..outcome import REQUEUE, Outcome
+from ..errors import ConfigurationError
+from ..hooks import Hooks, combine
 from ..settings import TLS, Settings, redact_url
-from ..tracing.base import NO_DELIVERY
 from . import consumer_args
 from .acks import Acker
 from .admission import Admission
@@ -49,11 +46,10 @@ from .copies import CopyStore, own_arguments, own_targets
 from .delivery import Incoming
 from .dispatch import new_job, resolve_type
 from .handler_pool import HandlerPool, report_abandoned, report_returned
-from .held import Held
+from .handling import Deliveries
 from .keeper import Keeper
 from .ordering import Ordering
-from .settle import REQUEUE_BACKOFF, Settler
-from .spans import trace_delivery
+from .settle import Settler
 from .stages import for_worker
 from .stopping import drain, run_until_stopped
 
@@ -142,13 +138,13 @@ class Worker:
         self._connection: AbstractRobustConnection | None = None
         self._coalesce_acks = coalesce_acks
         self._acker: Acker | None = None  # the acks of the current consume channel
-        self._tasks: set[asyncio.Task[None]] = set()  # every delivery not yet settled
-        self._handling: set[asyncio.Task[None]] = set()  # those still in their handler
-        self._counted: set[asyncio.Task[None]] = set()  # in rabbitq_messages_in_flight
-        self.held = Held()  # deliveries held past every bound make it unready (worker/held)
         # Limited handlers wait for their turn without a handler slot (rabbitq.ratelimit).
         self.admission = Admission.for_app(app, prefetch=self.prefetch, hooks=self.hooks)
         self.tracing = app.tracing
+        # Each delivery's task, from arrival to settling (worker/handling.py).
+        self.deliveries = Deliveries(self._queue_name, self._settler, self.hooks, self.tracing)
+        self.held = self.deliveries.held  # deliveries held past every bound: unready
+        self._tasks, self._handling = self.deliveries.tasks, self.deliveries.handling
         self.batches = Batcher(self._handlers, self._queue_name, self.hooks, prefetch=self.prefetch)
         self._stop = asyncio.Event()
         self.breakers = BreakerGuard.wanted(
@@ -157,7 +153,7 @@ class Worker:
         # One stage list for every delivery, built once (worker/stages.py lists them).
         self.pipeline = for_worker(
             self._handlers.values(),
-            before=(self.admission or None, self._running, self.breakers, self.ordering),
+            before=(self.admission or None, self.deliveries.running, self.breakers, self.ordering),
             middleware=app.middleware,
             capabilities=app.delivery_stages,
             batches=self.batches,
@@ -167,6 +163,7 @@ class Worker:
             chords=self._chords,
             held=self.held,
         )
+        self.deliveries.pipeline = self.pipeline
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -209,7 +206,7 @@ class Worker:
 
     @property
     def ready(self) -> asyncio.Event:
-        """Set while the worker is ready (:meth:`health` is None)."""
+        """Set while the consumer is ready (:meth:`health` also reads held deliveries)."""
         return self.consumer.ready
 
     def health(self) -> str | None:
@@ -338,85 +335,17 @@ class Worker:
         if self.consumer.stopping:
             # Arrived between basic.cancel and its confirmation: give it back.
             type_name = resolve_type(delivery, self._queue_name)
-            self._track(asyncio.create_task(self._settler.nack(delivery, type_name, acker)))
+            nack = self._settler.nack(delivery, type_name, acker)
+            self.deliveries.track(asyncio.create_task(nack))
             return
         # The handler runs in a task of our own, never in one of aiormq's: aiormq cancels
         # its tasks when the channel closes, and a lost connection must not interrupt a
         # handler half-way through sending an email (its ack fails; it is redelivered).
         job = new_job(self._handlers, self._queue_name, delivery)
         settled = [done for arrive in self.pipeline.arrivals if (done := arrive(job))]
-        task = self._track(asyncio.create_task(self._handle(job, acker)))
+        task = self.deliveries.start(job, acker)
         for done in settled:  # the next of its key may go (worker.ordering)
             task.add_done_callback(done)
-        self._handling.add(task)
-
-    def _track(self, task: asyncio.Task[None]) -> asyncio.Task[None]:
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        return task
-
-    async def _handle(self, job: Job, acker: Acker) -> None:
-        try:
-            await self._handle_one(job, acker)
-        finally:  # settled (or returned): no longer held, no longer in flight
-            self.held.settled(job)
-            task = asyncio.current_task()
-            if task in self._counted:
-                self._counted.discard(task)
-                self.hooks.handler_finished(self._queue_name)
-
-    async def _handle_one(self, job: Job, acker: Acker) -> None:
-        delivery, type_name = job.delivery, job.type_name
-        assert isinstance(delivery, Incoming)
-        span = NO_DELIVERY
-        try:
-            self.hooks.received(self._queue_name, type_name if job.handler else UNKNOWN)
-            if self.tracing.enabled:
-                span = trace_delivery(
-                    self.tracing, delivery, self._queue_name, type_name, job.attempt
-                )
-            with span.activate():
-                outcome = await self.pipeline.run(job)
-            if not isinstance(outcome, Outcome):
-                raise TypeError(f"the stage list returned {outcome!r:.60}, not an outcome")
-        except asyncio.CancelledError:  # shutdown: while waiting, or after the grace period
-            await self._settler.nack(delivery, type_name, acker)
-            span.end("requeued")
-            raise
-        except HandlerNotStarted as exc:  # no thread, and no retry tier to wait in
-            log.warning("message %s not run: %s", delivery.message_id or "-", exc)
-            await asyncio.sleep(REQUEUE_BACKOFF)
-            await self._settler.nack(delivery, type_name, acker)
-            return
-        except Exception as exc:  # the last resort: a stage's bug must not hold it for ever
-            log.exception(
-                "message %s: its way through the worker failed; settled as a failed attempt",
-                delivery.message_id or "-",
-            )
-            outcome = job.fail(exc)
-        finally:
-            self._handling.discard(asyncio.current_task())
-        if outcome.decision is REQUEUE:  # a breaker that is open, a middleware's "not now"
-            await self._settler.nack(delivery, type_name, acker)
-            span.end("requeued")
-            return
-        await self._settler.settle(delivery, outcome, type_name, acker, span)
-
-    async def _running(self, job: Job, call_next: Next) -> Outcome:
-        """The worker's own stage, after admission: the delivery is in its handler (for
-        the drain) until the rest of the list returns, and in flight (the metrics) until
-        it is settled (:meth:`_handle`)."""
-        self.hooks.handler_started(self._queue_name)
-        self._counted.add(asyncio.current_task())  # type: ignore[arg-type]
-        if job.delivery.redelivered:
-            log.info(
-                "redelivered message %s (it may have been handled before: at-least-once)",
-                job.delivery.message_id or "(no message_id)",
-            )
-        try:
-            return await call_next(job)
-        finally:  # out of its handler now (and again in _handle: it may never get here)
-            self._handling.discard(asyncio.current_task())
 
     async def _send_follow_ups(self, follow_ups: Sequence[FollowUp]) -> None:
         """Publish a succeeded handler's follow-ups, confirmed, before its ack."""
