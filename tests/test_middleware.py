@@ -300,3 +300,25 @@ async def test_the_middlewares_time_does_not_count_the_handlers():
     # One: 0.3 s of middleware and 0.3 s of handler, each within the 0.4 s.
     assert (await deliver(app, Charge(cents=2))).acked
     assert ran == [1, 2]
+
+
+async def test_returning_before_call_nexts_outcome_is_a_failed_attempt():
+    spawned: list[asyncio.Task] = []
+
+    class Spawns:
+        async def __call__(self, job, call_next):
+            spawned.append(asyncio.ensure_future(call_next(job)))
+            await asyncio.sleep(0)  # the rest has started, in a task of its own
+            return None
+
+    app = App(queue="mw", timeout=0.2, retry=RetryPolicy(delays=(1,)), middleware=[Spawns()])
+
+    @app.handler(Charge)
+    async def charge(msg: Charge) -> None:
+        await asyncio.sleep(0.3)  # past the timeout, after the middleware returned
+
+    result = await deliver(app, Charge(cents=1))
+    assert result.retried and "before call_next's outcome came" in result.error
+    await asyncio.sleep(0.5)  # the middleware's clock, stopped, cancels nothing later
+    outcome = await spawned[0]
+    assert outcome.kind == "retry" and "HandlerTimeout" in outcome.error

@@ -6,8 +6,9 @@ always comes out with an outcome to settle:
 - it returns anything else once its ``call_next`` has returned (``await call_next(job)``
   without ``return``), or returns or drops ``call_next(job)`` un-awaited: the rest's
   outcome (awaited here if need be), and a warning once per middleware;
-- it returns anything else without an outcome from ``call_next``: a failed attempt, its
-  error a :class:`~rabbitq.errors.MiddlewareError` naming the middleware;
+- it returns anything else without an outcome from ``call_next`` (not called, or still
+  running in a task the middleware started): a failed attempt, its error a
+  :class:`~rabbitq.errors.MiddlewareError` naming the middleware;
 - it raises: a failed attempt, as a handler's exception would be;
 - it calls ``call_next`` a second time: refused, a ``MiddlewareError`` raised there (the
   rest of the list, the handler, runs once per attempt); if the middleware lets it
@@ -74,9 +75,12 @@ class MiddlewareStage:
 
 class _Clock:
     """The middleware's own time: runs while a middleware's code runs, stands still
-    while the rest of the list runs; past ``timeout`` it cancels the task."""
+    while the rest of the list runs; past ``timeout`` it cancels the task.
 
-    __slots__ = ("cancelling", "expired", "left", "loop", "since", "task", "timer")
+    One timer per delivery in the common case: a pause only moves the deadline, and the
+    timer, if it fires before the moved deadline, sets itself again for it."""
+
+    __slots__ = ("cancelling", "deadline", "done", "expired", "loop", "paused_at", "task", "timer")
 
     def __init__(self, timeout: float) -> None:
         task = asyncio.current_task()
@@ -84,24 +88,37 @@ class _Clock:
         self.task = task
         self.cancelling = task.cancelling()
         self.loop = asyncio.get_running_loop()
-        self.left = timeout
+        self.deadline = self.loop.time() + timeout
+        self.paused_at: float | None = None
         self.expired = False
-        self.timer: asyncio.TimerHandle | None = None
-        self.since = 0.0
-        self.resume()
-
-    def resume(self) -> None:
-        self.since = self.loop.time()
-        self.timer = self.loop.call_at(self.since + self.left, self._expire)
+        self.done = False
+        self.timer: asyncio.TimerHandle | None = self.loop.call_at(self.deadline, self._check)
 
     def pause(self) -> None:
+        self.paused_at = self.loop.time()
+
+    def resume(self) -> None:
+        if self.paused_at is None or self.done:
+            return
+        self.deadline += self.loop.time() - self.paused_at
+        self.paused_at = None
+        if self.timer is None:  # it fired during the pause
+            self.timer = self.loop.call_at(self.deadline, self._check)
+
+    def stop(self) -> None:
+        """The middleware are done: never cancel the task (it goes on to settle)."""
+        self.done = True
         if self.timer is not None:
             self.timer.cancel()
             self.timer = None
-            self.left -= self.loop.time() - self.since
 
-    def _expire(self) -> None:
+    def _check(self) -> None:
         self.timer = None
+        if self.done or self.paused_at is not None:  # resume() sets it again
+            return
+        if self.loop.time() < self.deadline:
+            self.timer = self.loop.call_at(self.deadline, self._check)
+            return
         self.expired = True
         self.task.cancel()
 
@@ -134,7 +151,7 @@ class _Run:
             return job.fail(error)
         finally:
             if clock is not None:
-                clock.pause()
+                clock.stop()
         if clock is not None and clock.expired:  # it swallowed our cancellation, answered
             clock.task.uncancel()
         return outcome
