@@ -33,7 +33,7 @@ from ..effects.followups import FollowUp
 from ..effects.sender import send_follow_ups
 from ..effects.store import close_stores
 from ..errors import ConfigurationError
-from ..hooks import Hooks, combine
+from ..hooks import UNKNOWN, Hooks, combine
 from ..settings import TLS, Settings, redact_url
 from . import consumer_args
 from .acks import Acker
@@ -341,8 +341,14 @@ class Worker:
         # The handler runs in a task of our own, never in one of aiormq's: aiormq cancels
         # its tasks when the channel closes, and a lost connection must not interrupt a
         # handler half-way through sending an email (its ack fails; it is redelivered).
-        job = new_job(self._handlers, self._queue_name, delivery)
-        settled = [done for arrive in self.pipeline.arrivals if (done := arrive(job))]
+        try:
+            job = new_job(self._handlers, self._queue_name, delivery)
+            settled = [done for arrive in self.pipeline.arrivals if (done := arrive(job))]
+        except Exception:  # the last resort: a bug must not leave it unsettled
+            log.exception("message %s: could not start it; returning it", delivery.message_id)
+            nack = self._settler.nack(delivery, UNKNOWN, acker, failed=True)
+            self.deliveries.track(asyncio.create_task(nack))
+            return
         task = self.deliveries.start(job, acker)
         for done in settled:  # the next of its key may go (worker.ordering)
             task.add_done_callback(done)

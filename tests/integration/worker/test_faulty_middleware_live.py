@@ -220,3 +220,31 @@ async def test_a_stage_that_fails_settles_its_delivery_as_a_failed_attempt(make_
     assert sorted(ran) == list(range(MESSAGES))  # each once, on its second attempt
     assert (rec.count("retried"), rec.count("succeeded")) == (MESSAGES, MESSAGES)
     assert "settled as a failed attempt" in caplog.text
+
+
+async def test_a_delivery_that_cannot_start_is_returned_to_its_queue(make_app, caplog):
+    """The last resort where a delivery arrives: a stage's ``arrive`` that raises returns
+    the delivery (it comes back, redelivered) instead of leaving it unsettled."""
+    app = make_app(prefetch=PREFETCH)
+    ran: list[int] = []
+
+    @app.handler(Work)
+    async def work(msg: Work) -> None:
+        ran.append(msg.n)
+
+    def arrive(job: Job):
+        if not job.redelivered:
+            raise RuntimeError("arrive bug")
+
+    rec = Recorder()
+    worker = Worker(app, hooks=rec)
+    worker.pipeline.arrivals = (*worker.pipeline.arrivals, arrive)
+    async with running(worker):
+        async with app.publisher() as pub:
+            for n in range(MESSAGES):
+                await pub.publish(Work(n=n))
+        await settle(lambda: len(ran) >= MESSAGES)
+        await asyncio.sleep(0.3)
+    assert sorted(ran) == list(range(MESSAGES))  # each once, when redelivered
+    assert (rec.count("requeued"), rec.count("succeeded")) == (MESSAGES, MESSAGES)
+    assert "could not start it; returning it" in caplog.text
