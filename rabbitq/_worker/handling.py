@@ -22,6 +22,7 @@ from .delivery import Incoming
 from .held import Held
 from .settle import REQUEUE_BACKOFF, Settler
 from .spans import trace_delivery
+from .stopping import Unsettled
 
 log = logging.getLogger("rabbitq.worker")
 
@@ -35,7 +36,7 @@ class Deliveries:
         self.hooks = hooks
         self.tracing = tracing
         self.pipeline: Any = None  # the worker's stage list (it includes :meth:`running`)
-        self.tasks: set[asyncio.Task[None]] = set()  # every delivery not yet settled
+        self.tasks = Unsettled(hooks, queue)  # every delivery not yet settled
         self.handling: set[asyncio.Task[None]] = set()  # those still in their handler
         self._counted: set[asyncio.Task[None]] = set()  # in rabbitq_messages_in_flight
         self.held = Held()  # deliveries held past every bound make the worker unready

@@ -25,6 +25,7 @@ from aio_pika.abc import AbstractRobustConnection
 from .._amqp import brokers, orphans
 from .._amqp.blocked import BlockedWatch
 from .._amqp.connection import connect
+from .._amqp.start_retry import until_started
 from .._amqp.topology import Topology, declare
 from ..app import App
 from ..crypto.codec import cipher_of
@@ -79,6 +80,7 @@ class Worker:
         tls: TLS | None = None,
         consumer_timeout: float | None = None,
         coalesce_acks: bool = True,
+        start_wait: float | None = None,
     ) -> None:
         if not app.handlers:
             raise ConfigurationError(f"{app!r} has no handlers: register one with @app.handler")
@@ -90,7 +92,7 @@ class Worker:
         if app.priorities > 1 and app.lane is None:  # one Worker per lane: worker.laned
             raise ConfigurationError("App(priorities=N) runs with PriorityWorker(app)")
         self.app = app
-        self.url = app.resolved_url(url)
+        self.url, self.start_wait = app.resolved_url(url), start_wait
         self.tls = tls or app.tls
         self.consumer_timeout = (  # the broker's ack timeout, if known (worker.consumer_timeout)
             Settings.from_env().consumer_timeout if consumer_timeout is None else consumer_timeout
@@ -168,8 +170,18 @@ class Worker:
     # -- lifecycle ---------------------------------------------------------------
 
     async def start(self) -> None:
-        """Connect, declare the topology and start consuming."""
+        """Connect, declare, consume: all tried again while the broker is unreachable or goes
+        meanwhile, for ever or ``start_wait`` seconds (0: one try; start_retry)."""
         log.info("connecting to %s", redact_url(self.url))
+        await until_started(
+            self._start_once, url=self.url, wait=self.start_wait, clean_up=self._close_connection
+        )
+        self._watching = asyncio.create_task(self._blocked.run(lambda: self._connection))
+        types = ", ".join(sorted(self._handlers))
+        log.info("consuming %r on %s (prefetch %d, types: %s)",
+                 self._queue_name, redact_url(self.url), self.prefetch, types)
+
+    async def _start_once(self) -> None:
         self._connection = await connect(
             self.url, name=f"rabbitq worker {self._queue_name}", tls=self.tls
         )
@@ -178,26 +190,13 @@ class Worker:
         self.hooks.connection_changed(True)
         facts = brokers.log_broker(self._connection)  # then the partition's x-priority, if any
         self.consumer.arguments = {**consumer_args.at_start(self, facts), **self.consume_args}
-        try:
-            channel = await self.consumer.open(self._connection, self.admission.broker_prefetch)
-            self.hooks.prefetch_changed(self._queue_name, self.prefetch)
-            await self.keeper.open_copy_channel()
-            # Declared on the robust channel, so aio-pika re-declares it on reconnect.
-            await declare(channel, self.topology)
-            channel.close_callbacks.add(on_channel_closed)  # not before
-            await orphans.report(self._connection, self.topology, log, app_spec=self.app.loaded_as)
-            await self.consumer.start()
-        except BaseException:
-            await self._close_connection()
-            raise
-        self._watching = asyncio.create_task(self._blocked.run(lambda: self._connection))
-        log.info(
-            "consuming %r on %s (prefetch %d, types: %s)",
-            self._queue_name,
-            redact_url(self.url),
-            self.prefetch,
-            ", ".join(sorted(self._handlers)),
-        )
+        channel = await self.consumer.open(self._connection, self.admission.broker_prefetch)
+        self.hooks.prefetch_changed(self._queue_name, self.prefetch)
+        await self.keeper.open_copy_channel()
+        await declare(channel, self.topology)  # on the robust channel: again on reconnect
+        channel.close_callbacks.add(on_channel_closed)  # not before
+        await orphans.report(self._connection, self.topology, log, app_spec=self.app.loaded_as)
+        await self.consumer.start()
 
     @property
     def connection(self) -> AbstractRobustConnection | None:

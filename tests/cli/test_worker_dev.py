@@ -165,7 +165,7 @@ async def test_a_worker_started_before_its_broker_waits_for_it_and_then_consumes
     proxy = await TcpProxy(BROKER).start()
     proxy.refuse()  # nothing listens on its port yet
     try:
-        async with Worker(cwd, "service:app", "--wait-for-broker", "120", url=proxy.url) as w:
+        async with Worker(cwd, "service:app", url=proxy.url) as w:  # waits by default
             await w.wait_for_line("waiting for RabbitMQ at amqp://guest:***@127.0.0.1:")
             await proxy.start()  # the broker is up
             await w.wait_for_line("answers after")
