@@ -18,6 +18,7 @@ Faults, raised by rabbitq::
     ├── DecodeError           a delivery cannot become a typed message (poison input)
     ├── HandlerNotStarted     no thread was free for a sync handler (it did not run)
     ├── HandlerTimeout        a handler ran past its ``timeout`` (the attempt failed)
+    ├── MiddlewareError       a middleware broke the stage contract (the attempt failed)
     ├── PublishError          a publish was not confirmed
     │   ├── Unroutable        no queue is bound for the routing key (mandatory publish)
     │   ├── PublishNacked     the broker refused the message (nack)
@@ -143,6 +144,13 @@ class HandlerNotStarted(RabbitqError):
 class HandlerTimeout(RabbitqError):
     """A handler ran past its ``timeout``; recorded as the error of the failed attempt,
     which is retried like any other failure."""
+
+
+class MiddlewareError(RabbitqError):
+    """A middleware broke the stage contract: it returned something other than an
+    outcome without one from ``call_next``, or called ``call_next`` a second time (raised
+    there: the rest of the list runs once per attempt). Recorded as the error of the
+    failed attempt, which is retried like any other failure (docs/middleware.md)."""
 
 
 class PublishError(RabbitqError):

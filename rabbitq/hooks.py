@@ -48,10 +48,11 @@ class Hooks:
         """The ordered keys blocked in this worker now (``on_dead="block"``)."""
 
     def handler_started(self, queue: str) -> None:
-        """A handler began (in-flight count up)."""
+        """A delivery took a handler slot (in-flight count up)."""
 
     def handler_finished(self, queue: str) -> None:
-        """A handler ended, however it ended (in-flight count down)."""
+        """A delivery that took a handler slot is settled or returned, however it ended
+        (in-flight count down)."""
 
     def unacked_changed(self, queue: str, unacked: int) -> None:
         """This worker now holds ``unacked`` deliveries of ``queue``: received and not

@@ -1,8 +1,8 @@
 """The series of how much work a worker holds (part of :class:`rabbitq._ops.metrics.Metrics`):
-handlers running, deliveries unacked, and the prefetch that bounds both. The dashboard's
-*In flight vs prefetch* panel and the autoscaling recipe (deploy/k8s/keda-scaledobject.yaml:
-ready messages plus ``rabbitq_messages_unacked``) read them. Summed over the processes of
-``rabbitq worker --processes N``."""
+deliveries in their handler or settling, deliveries unacked, and the prefetch that bounds
+both. The dashboard's *In flight vs prefetch* panel and the autoscaling recipe
+(deploy/k8s/keda-scaledobject.yaml: ready messages plus ``rabbitq_messages_unacked``)
+read them. Summed over the processes of ``rabbitq worker --processes N``."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ class LoadSeries:
     def _load_series(self, r: CollectorRegistry) -> None:
         self.messages_in_flight = Gauge(
             "rabbitq_messages_in_flight",
-            "Handlers running now.",
+            "Deliveries in their handler or being settled now.",
             ["queue"],
             registry=r,
             multiprocess_mode="livesum",

@@ -33,12 +33,9 @@ from ..crypto.results import sealed_chords
 from ..effects.followups import FollowUp
 from ..effects.sender import send_follow_ups
 from ..effects.store import close_stores
-from ..errors import ConfigurationError, HandlerNotStarted
+from ..errors import ConfigurationError
 from ..hooks import UNKNOWN, Hooks, combine
-from ..job import Job, Next
-from ..outcome import REQUEUE, Outcome
 from ..settings import TLS, Settings, redact_url
-from ..tracing.base import NO_DELIVERY
 from . import consumer_args
 from .acks import Acker
 from .admission import Admission
@@ -50,12 +47,12 @@ from .copies import CopyStore, own_arguments, own_targets
 from .delivery import Incoming
 from .dispatch import new_job, resolve_type
 from .handler_pool import HandlerPool, report_abandoned, report_returned
+from .handling import Deliveries
 from .keeper import Keeper
 from .ordering import Ordering
-from .settle import REQUEUE_BACKOFF, Settler
-from .spans import trace_delivery
+from .settle import Settler
 from .stages import for_worker
-from .stopping import Unsettled, drain, run_until_stopped
+from .stopping import drain, run_until_stopped
 
 log = logging.getLogger("rabbitq.worker")
 
@@ -143,11 +140,13 @@ class Worker:
         self._connection: AbstractRobustConnection | None = None
         self._coalesce_acks = coalesce_acks
         self._acker: Acker | None = None  # the acks of the current consume channel
-        self._tasks = Unsettled(self.hooks, self._queue_name)  # every delivery not yet settled
-        self._handling: set[asyncio.Task[None]] = set()  # those still in their handler
         # Limited handlers wait for their turn without a handler slot (rabbitq.ratelimit).
         self.admission = Admission.for_app(app, prefetch=self.prefetch, hooks=self.hooks)
         self.tracing = app.tracing
+        # Each delivery's task, from arrival to settling (worker/handling.py).
+        self.deliveries = Deliveries(self._queue_name, self._settler, self.hooks, self.tracing)
+        self.held = self.deliveries.held  # deliveries held past every bound: unready
+        self._tasks, self._handling = self.deliveries.tasks, self.deliveries.handling
         self.batches = Batcher(self._handlers, self._queue_name, self.hooks, prefetch=self.prefetch)
         self._stop = asyncio.Event()
         self.breakers = BreakerGuard.wanted(
@@ -156,7 +155,7 @@ class Worker:
         # One stage list for every delivery, built once (worker/stages.py lists them).
         self.pipeline = for_worker(
             self._handlers.values(),
-            before=(self.admission or None, self._running, self.breakers, self.ordering),
+            before=(self.admission or None, self.deliveries.running, self.breakers, self.ordering),
             middleware=app.middleware,
             capabilities=app.delivery_stages,
             batches=self.batches,
@@ -164,7 +163,9 @@ class Worker:
             outbox=app.outbox,
             executor=self._executor,
             chords=self._chords,
+            held=self.held,
         )
+        self.deliveries.pipeline = self.pipeline
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -204,12 +205,13 @@ class Worker:
 
     @property
     def ready(self) -> asyncio.Event:
-        """Set while the worker is ready (:meth:`health` is None)."""
+        """Set while the consumer is ready (:meth:`health` also reads held deliveries)."""
         return self.consumer.ready
 
     def health(self) -> str | None:
-        """Why the worker is not ready (one line for ``/readyz``), or None; any thread."""
-        return self.consumer.health()
+        """Why the worker is not ready (one line for ``/readyz``), or None; any thread:
+        the consumer's reasons, or deliveries held past every bound (worker/held)."""
+        return self.consumer.health() or self.held.health()
 
     def stop(self) -> None:
         """Ask :meth:`run` to drain and return. Safe to call from a signal handler."""
@@ -332,64 +334,23 @@ class Worker:
         if self.consumer.stopping:
             # Arrived between basic.cancel and its confirmation: give it back.
             type_name = resolve_type(delivery, self._queue_name)
-            self._track(asyncio.create_task(self._settler.nack(delivery, type_name, acker)))
+            nack = self._settler.nack(delivery, type_name, acker)
+            self.deliveries.track(asyncio.create_task(nack))
             return
         # The handler runs in a task of our own, never in one of aiormq's: aiormq cancels
         # its tasks when the channel closes, and a lost connection must not interrupt a
         # handler half-way through sending an email (its ack fails; it is redelivered).
-        job = new_job(self._handlers, self._queue_name, delivery)
-        settled = [done for arrive in self.pipeline.arrivals if (done := arrive(job))]
-        task = self._track(asyncio.create_task(self._handle(job, acker)))
+        try:
+            job = new_job(self._handlers, self._queue_name, delivery)
+            settled = [done for arrive in self.pipeline.arrivals if (done := arrive(job))]
+        except Exception:  # the last resort: a bug must not leave it unsettled
+            log.exception("message %s: could not start it; returning it", delivery.message_id)
+            nack = self._settler.nack(delivery, UNKNOWN, acker, failed=True)
+            self.deliveries.track(asyncio.create_task(nack))
+            return
+        task = self.deliveries.start(job, acker)
         for done in settled:  # the next of its key may go (worker.ordering)
             task.add_done_callback(done)
-        self._handling.add(task)
-
-    def _track(self, task: asyncio.Task[None]) -> asyncio.Task[None]:
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        return task
-
-    async def _handle(self, job: Job, acker: Acker) -> None:
-        delivery, type_name = job.delivery, job.type_name
-        assert isinstance(delivery, Incoming)
-        self.hooks.received(self._queue_name, type_name if job.handler else UNKNOWN)
-        span = NO_DELIVERY
-        if self.tracing.enabled:
-            span = trace_delivery(self.tracing, delivery, self._queue_name, type_name, job.attempt)
-        try:
-            with span.activate():
-                outcome = await self.pipeline.run(job)
-        except asyncio.CancelledError:  # shutdown: while waiting, or after the grace period
-            await self._settler.nack(delivery, type_name, acker)
-            span.end("requeued")
-            raise
-        except HandlerNotStarted as exc:  # no thread, and no retry tier to wait in
-            log.warning("message %s not run: %s", delivery.message_id or "-", exc)
-            await asyncio.sleep(REQUEUE_BACKOFF)
-            await self._settler.nack(delivery, type_name, acker)
-            return
-        finally:
-            self._handling.discard(asyncio.current_task())
-        if outcome.decision is REQUEUE:  # a breaker that is open, a middleware's "not now"
-            await self._settler.nack(delivery, type_name, acker)
-            span.end("requeued")
-            return
-        await self._settler.settle(delivery, outcome, type_name, acker, span)
-
-    async def _running(self, job: Job, call_next: Next) -> Outcome:
-        """The worker's own stage, after admission: the delivery is in its handler (for
-        the drain and the in-handler metrics) until the rest of the list returns."""
-        self.hooks.handler_started(self._queue_name)
-        if job.delivery.redelivered:
-            log.info(
-                "redelivered message %s (it may have been handled before: at-least-once)",
-                job.delivery.message_id or "(no message_id)",
-            )
-        try:
-            return await call_next(job)
-        finally:  # out of its handler now (and again in _handle: it may never get here)
-            self._handling.discard(asyncio.current_task())
-            self.hooks.handler_finished(self._queue_name)
 
     async def _send_follow_ups(self, follow_ups: Sequence[FollowUp]) -> None:
         """Publish a succeeded handler's follow-ups, confirmed, before its ack."""

@@ -13,7 +13,8 @@ In the worker (:func:`for_worker`)::
     decrypt     an encrypted body
     workflow    chains and chords                workflow/steps.py       always (cheap)
     decode      unknown type, invalid body       worker/dispatch.py      always
-    middleware  the app's own                    App(middleware=[...])   as given
+    held        its clock for /readyz starts     worker/held.py          the worker's
+    middleware  the app's own, as one stage      worker/middleware.py    as given
     batch       waits for its batch              worker/batching.py      batch handlers
     attempt     once per key, the handler        worker/dispatch.py      always (the last)
 
@@ -34,14 +35,13 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from ..effects.guard import Send
-from ..errors import HandlerNotStarted
 from ..handler import Handler
 from ..job import Job, Next, Stage
-from ..outcome import Outcome
 from ..workflow.chords import ChordStore
 from ..workflow.steps import WorkflowStage
 from .batching import alone
 from .dispatch import Attempt, cannot_send, compose, decode
+from .middleware import middleware_stage
 
 
 class Pipeline:
@@ -78,26 +78,6 @@ class Pipeline:
         return [part for s in self.stages if (part := getattr(s, name, None)) is not None]
 
 
-class _Guarded:
-    """A user's middleware, held to the stage contract: an exception it raises is a
-    failed attempt (retried or dead-lettered as the handler's policy says), never a
-    delivery left unsettled. Cancellation (shutdown) and a handler that found no
-    thread (``HandlerNotStarted``) go on up to the worker, as from any stage."""
-
-    __slots__ = ("middleware",)
-
-    def __init__(self, middleware: Stage) -> None:
-        self.middleware = middleware
-
-    async def __call__(self, job: Job, call_next: Next) -> Outcome:
-        try:
-            return await self.middleware(job, call_next)
-        except HandlerNotStarted:
-            raise
-        except Exception as exc:
-            return job.fail(exc)
-
-
 def _core(
     handlers: Iterable[Handler],
     chords: ChordStore | None,
@@ -105,10 +85,14 @@ def _core(
     middleware: Sequence[Stage],
     batches: Stage,
     capabilities: Sequence[Stage],
+    held: Stage | None = None,
 ) -> list[Stage]:
-    """From ``control`` on: the part of the list the worker and the tests share."""
+    """From ``control`` on: the part of the list the worker and the tests share (the
+    worker's ``held`` watch, if given, right after decode)."""
     stages: list[Stage] = [*capabilities, WorkflowStage(chords, send), decode]
-    stages += [_Guarded(m) for m in middleware]
+    if held is not None:
+        stages.append(held)
+    stages += middleware_stage(middleware)  # held to the stage contract (worker/middleware)
     if any(handler.batch is not None for handler in handlers):
         stages.append(batches)
     return stages
@@ -125,13 +109,14 @@ def for_worker(
     executor: Any,
     chords: ChordStore | None,
     capabilities: Sequence[Stage] = (),
+    held: Stage | None = None,
 ) -> Pipeline:
     """The worker's list: its own stages (``before``: admission, running, breaker,
     ordering; None for one the app does not use), then the shared part
-    (``capabilities``: the app's ``delivery_stages``)."""
+    (``capabilities``: the app's ``delivery_stages``), with ``held`` after decode."""
     handlers = list(handlers)
     stages = [s for s in before if s is not None]
-    stages += _core(handlers, chords, send, middleware, batches, capabilities)
+    stages += _core(handlers, chords, send, middleware, batches, capabilities, held)
     return Pipeline(stages, Attempt(send, outbox, executor, keep_result=bool(middleware)))
 
 
