@@ -131,7 +131,7 @@ def _trigger_app(app: App, got: list[tuple[str, str, float, dict[str, Any]]]) ->
 async def _spy(connection: Any, app: App) -> aio_pika.abc.AbstractQueue:
     """A queue of this test's own bound to the app's exchange for the follow-ups."""
     channel = await connection.channel()
-    queue = await channel.declare_queue(f"{app.queue}.spy", auto_delete=True)
+    queue = await channel.declare_queue(f"{app.queue}.spy", exclusive=True)
     await queue.bind(app.exchange, routing_key=Report.type_name())
     return queue
 
@@ -184,12 +184,3 @@ async def test_a_follow_up_with_delay_waits_in_the_ladder(make_app, connection):
     _, _, arrived, headers = got[0]
     assert DUE in headers  # it went through the delay ladder
     assert arrived - sent >= 1.5 - 0.05  # never earlier than asked (clock tolerance)
-
-
-async def test_follow_up_options_are_refused_in_an_outbox_transaction_with_a_clear_line():
-    from rabbitq.effects.guard import Effects
-
-    effects = Effects(message_id="m", correlation_id=None, key="m", outbox=object())
-    effects._conn = object()  # an open ctx.transaction()
-    with pytest.raises(Exception, match="outbox"):
-        await effects.publish(Report(content="x"), priority=1)
