@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
 from .errors import ConfigurationError
@@ -79,15 +79,28 @@ class Context:
         """The key this delivery is handled once under."""
         return self.effects.key if self.effects is not None else self.message_id
 
-    async def publish(self, message: Message, *, headers: Mapping[str, Any] | None = None) -> str:
+    async def publish(
+        self,
+        message: Message,
+        *,
+        headers: Mapping[str, Any] | None = None,
+        delay: float | timedelta | None = None,
+        priority: int = 0,
+        unique_for: float | None = None,
+    ) -> str:
         """Publish a follow-up: sent with confirms only if the handler succeeds, before
-        the delivery is acked; return its ``message_id``. While :meth:`transaction` is
-        open (until the handler returns) with an :class:`~rabbitq.effects.Outbox`, it is
-        an outbox row of that transaction; without one it is confirmed before the commit.
+        the delivery is acked; return its ``message_id``. It crosses the app's publish
+        steps as ``publish`` does (encryption, large payloads, partition key, priority
+        lanes), and takes ``delay``, ``priority`` and ``unique_for`` as it does. While
+        :meth:`transaction` is open (until the handler returns) with an
+        :class:`~rabbitq.effects.Outbox`, it is an outbox row of that transaction
+        (without those three keywords); without one it is confirmed before the commit.
         """
         if self.effects is None:
             raise ConfigurationError("ctx.publish() works in a handler run by rabbitq")
-        return await self.effects.publish(message, headers=headers)
+        return await self.effects.publish(
+            message, headers=headers, delay=delay, priority=priority, unique_for=unique_for
+        )
 
     async def chord_results(self) -> list[Any]:
         """In a chord's callback: what each member's handler returned, in the order of

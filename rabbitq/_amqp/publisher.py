@@ -117,8 +117,7 @@ class Publisher:
             )
         self._app = app
         self._retry_for = retry_for
-        self._url = url
-        self._tls = tls
+        self._url, self._tls = url, tls
         self._connection = connection
         self._owns_connection = connection is None
         self._hooks = combine(hooks)
@@ -131,6 +130,10 @@ class Publisher:
     def app(self) -> Any:
         """The app this publisher publishes for."""
         return self._app
+
+    @property
+    def is_open(self) -> bool:  # after open(), before a close; its channel not closed
+        return self._channel is not None and not self._channel.is_closed
 
     async def __aenter__(self) -> Publisher:
         await self.open()
@@ -298,14 +301,11 @@ class Publisher:
             message, message_id=message_id, correlation_id=correlation_id, headers=headers,
             reply_to=reply_to,
         )  # fmt: skip
-        app = self._app
         out = outgoing(
-            app, message, props, delay=delay, at=at, priority=priority, unique_for=unique_for,
+            self._app, message, props, delay=delay, at=at, priority=priority, unique_for=unique_for,
             unique_key=unique_key, debounce=debounce,
         )  # fmt: skip
-        if not app.publish_steps:
-            return await self._send(out)
-        return await compose(app.publish_steps, self._send)(out)
+        return await compose(self._app.publish_steps, self._send)(out)  # no steps: _send
 
     async def _send(self, out: Outgoing) -> str:
         """The last step: into the delay ladder or to its exchange, confirmed."""

@@ -242,6 +242,7 @@ class Attempt:
             key=key_of(handler.key, job.message, message_id),
             store=handler.idempotency,
             outbox=self.outbox,
+            check=getattr(self.send, "check", None),  # the worker's: effects.sender
         )
         return Context(
             message_id=message_id,

@@ -17,7 +17,6 @@ import asyncio
 import contextlib
 import functools
 import logging
-from collections.abc import Sequence
 
 import aiormq.abc
 from aio_pika.abc import AbstractRobustConnection
@@ -28,10 +27,8 @@ from .._amqp.connection import connect
 from .._amqp.start_retry import until_started
 from .._amqp.topology import Topology, declare
 from ..app import App
-from ..crypto.codec import cipher_of
 from ..crypto.results import sealed_chords
-from ..effects.followups import FollowUp
-from ..effects.sender import send_follow_ups
+from ..effects.sender import FollowUpSender
 from ..effects.store import close_stores
 from ..errors import ConfigurationError
 from ..hooks import UNKNOWN, Hooks, combine
@@ -104,7 +101,8 @@ class Worker:
         self._handlers = app.handlers
         self._queue_name = app.queue
         self._chords = sealed_chords(app)  # members counted, results kept (App(status=...))
-        self._cipher = cipher_of(app)  # an encrypted app's follow-ups are sealed with it
+        # follow-ups and workflow steps: through the app's publish steps, as publish()
+        self._send = FollowUpSender(app, self.url, lambda: self._connection, self.hooks)
         self._executor = HandlerPool(
             sync_workers or self.prefetch,
             abandoned=functools.partial(report_abandoned, self.hooks, self._queue_name),
@@ -159,7 +157,7 @@ class Worker:
             middleware=app.middleware,
             capabilities=app.delivery_stages,
             batches=self.batches,
-            send=self._send_follow_ups,
+            send=self._send,
             outbox=app.outbox,
             executor=self._executor,
             chords=self._chords,
@@ -288,6 +286,7 @@ class Worker:
             self.consumer.resume(BROKER_BLOCKED)
 
     async def _close_connection(self) -> None:
+        await self._send.aclose()  # its channel
         if self._connection is not None:
             self._connection.close_callbacks.discard(self._on_connection_lost)
             try:
@@ -351,10 +350,3 @@ class Worker:
         task = self.deliveries.start(job, acker)
         for done in settled:  # the next of its key may go (worker.ordering)
             task.add_done_callback(done)
-
-    async def _send_follow_ups(self, follow_ups: Sequence[FollowUp]) -> None:
-        """Publish a succeeded handler's follow-ups, confirmed, before its ack."""
-        assert (channel := self.keeper.copy_channel) is not None
-        app = self.app
-        await send_follow_ups(channel, app.exchange, follow_ups, self.hooks, app.tracing,
-                              cipher=self._cipher)  # fmt: skip

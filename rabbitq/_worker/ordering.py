@@ -16,9 +16,20 @@ prefetch. The message that blocked it, replayed from the DLQ (``rabbitq dlq repl
 unblocks it and runs; any other replayed message of the key goes back behind it, unless
 the replay was marked ``--unblock``. Which key a delivery has, whether it lifts a block
 and what to do with a blocked one are pure (:func:`key_of`, :func:`lifts_block`,
-:func:`blocked_outcome`). Blocked keys are also kept in the broker
-(:mod:`rabbitq._worker.blocked_keys`), read before the first ordered delivery of each
-consume channel goes, so that a restart or another process taking over keeps them.
+:func:`blocked_outcome`).
+
+The key is the one the publisher computed on the clear message and wrote into the
+``rabbitq-key`` header (the header partitions route on, :mod:`rabbitq._amqp.partitions`),
+so an encrypted or offloaded body is never decoded for it; a delivery without the header
+(another producer, an older message) has its key computed from its body. One whose key
+cannot be known as it arrives (no header, and a body that is ciphertext, in a blob
+store, or whose key function raises) is never run unordered: it is logged and runs
+alone, after every earlier ordered delivery and before any later one (a *barrier*; its
+dead letter blocks no key).
+
+Blocked keys are also kept in the broker (:mod:`rabbitq._worker.blocked_keys`), read
+before the first ordered delivery of each consume channel goes, so that a restart or
+another process taking over keeps them.
 """
 
 from __future__ import annotations
@@ -26,11 +37,12 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Final
 
 from .. import retry
 from .._amqp import headers as h
+from .._amqp.partitions import KEY_HEADER
 from .._amqp.topology import blocked_queue_name
 from ..errors import DecodeError
 from ..handler import Handler
@@ -38,6 +50,7 @@ from ..hooks import Hooks
 from ..job import Job, Next
 from ..message import decode
 from ..outcome import DeadLetter, Outcome, Retry
+from ..payloads.reference import BLOB
 from .blocked_keys import BlockedKeys, Connected
 from .consumer_timeout import DEFAULT_CONSUMER_TIMEOUT
 
@@ -47,16 +60,42 @@ BLOCKED = retry.BLOCKED
 """The DLQ reason of a message whose key is blocked (``on_dead="block"``)."""
 
 
-def key_of(handler: Handler | None, body: bytes) -> str | None:
-    """The ordering key of a delivery for ``handler`` (pure): ``ordered_by`` of its
-    decoded body, as text; None when the handler is not ordered or the body does not
-    decode (it is dead-lettered as ``invalid`` without waiting for a turn)."""
+class _Unknown:
+    """The key of a delivery that cannot be known as it arrives (see :func:`key_of`)."""
+
+    def __repr__(self) -> str:
+        return "UNKNOWN"
+
+
+UNKNOWN: Final = _Unknown()
+""":func:`key_of` of an ordered delivery whose key cannot be known: it runs alone."""
+
+
+def key_of(
+    handler: Handler | None, body: bytes, headers: Mapping[str, Any] | None = None
+) -> str | _Unknown | None:
+    """The ordering key of a delivery for ``handler`` (pure): the ``rabbitq-key`` header
+    the publisher wrote (computed on the clear message), else ``ordered_by`` of its
+    decoded body, as text. None when the handler is not ordered, or for a clear body
+    that does not decode (it is dead-lettered as ``invalid`` without waiting for a
+    turn); :data:`UNKNOWN` when the key cannot be known: no header, and a body that is
+    encrypted or in a blob store, or a key function that raises."""
     if handler is None or handler.ordered_by is None:
         return None
+    headers = headers or {}
+    key = h.text_header(headers, KEY_HEADER)
+    if key is not None:
+        return key
+    if headers.get(h.KEY_ID) is not None or headers.get(BLOB) is not None:
+        return UNKNOWN  # ciphertext, or the empty body of an offloaded message
     try:
-        return str(handler.ordered_by(decode(body, handler.model)))
-    except (DecodeError, Exception):  # a key function that raises: no order to keep
+        message = decode(body, handler.model)
+    except DecodeError:
         return None
+    try:
+        return str(handler.ordered_by(message))
+    except Exception:  # a key function that raises: no key, but never unordered
+        return UNKNOWN
 
 
 def hold_problems(handlers: Mapping[str, Handler], consumer_timeout: float | None) -> list[str]:
@@ -98,20 +137,23 @@ def blocked_outcome(key: str, dead: str, type_name: str, attempt: int) -> Outcom
 
 
 class Turn:
-    """One delivery's place in its key's line."""
+    """One delivery's place in its key's line (``key`` None: a barrier, every key's)."""
 
     __slots__ = ("_before", "_mine", "delivery", "key")
 
-    def __init__(self, key: str, before: asyncio.Future[None] | None, delivery: object) -> None:
+    def __init__(
+        self, key: str | None, before: Sequence[asyncio.Future[None]], delivery: object
+    ) -> None:
         self.key = key
         self.delivery = delivery
-        self._before = before
+        self._before = tuple(before)
         self._mine: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
     async def wait(self) -> None:
-        """Until every earlier delivery of the key is settled."""
-        if self._before is not None and not self._before.done():
-            await asyncio.shield(self._before)
+        """Until every earlier delivery of the key (of every key: a barrier) is settled."""
+        for before in self._before:
+            if not before.done():
+                await asyncio.shield(before)
 
     def done(self) -> None:
         """This delivery is settled: the next of its key may go."""
@@ -134,6 +176,7 @@ class Ordering:
         self.hooks = hooks
         self._tails: dict[str, Turn] = {}  # key -> its last delivery's turn
         self._turns: dict[Job, Turn] = {}  # arrived, not yet at this stage
+        self._barrier: Turn | None = None  # the last delivery of no known key, unsettled
         self.blocked: dict[str, str] = {}  # key -> the message id of its dead letter
         self.running = 0  # ordered deliveries inside their handler now
         self.idle = asyncio.Event()  # set while none is (worker.partitioned waits for it)
@@ -171,20 +214,42 @@ class Ordering:
         """Queue ``job`` behind the earlier deliveries of its key (called as it arrives,
         before any await, in delivery order); the callback to call once it is settled
         (its task is done), or None: it is not ordered."""
-        key = key_of(job.handler, job.delivery.body)
+        key = key_of(job.handler, job.delivery.body, job.headers)
         if key is None:
             return None
-        before = self._tails.get(key)
-        turn = Turn(key, before._mine if before is not None else None, job)
-        self._tails[key] = turn
+        if isinstance(key, _Unknown):
+            turn = self._barrier_turn(job)
+        else:
+            tail = self._tails.get(key) or self._barrier
+            turn = Turn(key, () if tail is None else (tail._mine,), job)
+            self._tails[key] = turn
         self._turns[job] = turn
         return functools.partial(self.settled, turn)
+
+    def _barrier_turn(self, job: Job) -> Turn:
+        """The turn of a delivery whose key cannot be known: after every earlier ordered
+        delivery, and every later one after it."""
+        log.warning(
+            "message %s (%s): its ordering key cannot be known as it arrives (no %s "
+            "header, and its body is encrypted, offloaded or its key function raises); it "
+            "runs alone, after every earlier ordered message and before any later one",
+            job.delivery.message_id or "-", job.type_name, KEY_HEADER,
+        )  # fmt: skip
+        before = [tail._mine for tail in self._tails.values()]
+        if self._barrier is not None:
+            before.append(self._barrier._mine)
+        turn = self._barrier = Turn(None, before, job)
+        self._tails.clear()  # each later delivery waits for the barrier, which waits for them
+        return turn
 
     def settled(self, turn: Turn, _task: object = None) -> None:
         """``turn``'s delivery is settled (its task is done)."""
         turn.done()
         self._turns.pop(turn.delivery, None)  # type: ignore[call-overload]  # never processed
-        if self._tails.get(turn.key) is turn:
+        if turn.key is None:
+            if self._barrier is turn:
+                self._barrier = None
+        elif self._tails.get(turn.key) is turn:
             del self._tails[turn.key]
 
     async def __call__(self, job: Job, call_next: Next) -> Outcome:
@@ -200,8 +265,8 @@ class Ordering:
         channel = getattr(job.delivery, "channel", None)
         if self.registry is not None and self.registry.stale(channel):
             await self._read_registry(channel)
-        dead = self.blocked.get(turn.key)
-        if dead is not None:
+        dead = None if turn.key is None else self.blocked.get(turn.key)
+        if dead is not None and turn.key is not None:
             if not lifts_block(job.headers, job.message_id, dead):
                 return blocked_outcome(turn.key, dead, job.type_name, job.attempt)
             await self._unblock(turn.key)
@@ -228,7 +293,13 @@ class Ordering:
                 self.idle.set()
         handler = job.handler
         if isinstance(outcome.decision, DeadLetter) and handler and handler.on_dead == "block":
-            await self._block(turn.key, job.message_id)
+            if turn.key is not None:
+                await self._block(turn.key, job.message_id)
+            else:
+                log.error(
+                    "message %s dead-lettered with on_dead='block', but its key is not "
+                    "known (no %s header): no key blocked", job.message_id, KEY_HEADER,
+                )  # fmt: skip
         return outcome
 
     async def _read_registry(self, channel: object) -> None:

@@ -28,13 +28,14 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from datetime import timedelta
 from typing import Any
 
 from ..errors import ConfigurationError
 from ..message import Message
 from ..outcome import Retry
 from ..retry import RetryPolicy
-from .followups import FollowUp, make_follow_up
+from .followups import FollowUp, make_follow_up, publish_options
 from .heartbeat import held
 from .store import BUSY, DONE, Claim, IdempotencyStore, StoreUnavailable
 
@@ -49,6 +50,11 @@ BUSY_WAIT = 2.0
 BUSY_POLL = 0.1
 
 Send = Callable[[Sequence[FollowUp]], Awaitable[None]]
+
+OUTBOX_OPTIONS = (
+    "ctx.publish(delay=, priority=, unique_for=) cannot be an outbox row (the relay sends "
+    "a row as it was stored): publish it outside ctx.transaction(), or without an Outbox"
+)
 
 
 class Effects:
@@ -69,8 +75,10 @@ class Effects:
         key: str,
         store: IdempotencyStore | None = None,
         outbox: Any = None,
+        check: Callable[[Mapping[str, Any]], None] | None = None,
     ) -> None:
         self.message_id = message_id
+        self.check = check  # refuses follow-up options the app's publisher would
         self.correlation_id = correlation_id
         self.key = key
         self.store = store
@@ -93,6 +101,8 @@ class Effects:
             )
         if self.claim is None or self._opened:
             raise ConfigurationError("ctx.transaction() can be opened once per delivery")
+        if self.outbox is not None and any(f.options for f in self.follow_ups):
+            raise ConfigurationError(OUTBOX_OPTIONS)  # they would become outbox rows
         self._opened = True
         tx = contextlib.AsyncExitStack()
         conn = await tx.enter_async_context(store.transaction(self.claim))  # type: ignore[attr-defined]
@@ -107,10 +117,25 @@ class Effects:
             await self.abort(exc)
             raise
 
-    async def publish(self, message: Message, *, headers: Mapping[str, Any] | None = None) -> str:
-        """Publish ``message`` if the handler succeeds; return its ``message_id``."""
+    async def publish(
+        self,
+        message: Message,
+        *,
+        headers: Mapping[str, Any] | None = None,
+        delay: float | timedelta | None = None,
+        priority: int = 0,
+        unique_for: float | None = None,
+    ) -> str:
+        """Publish ``message`` if the handler succeeds; return its ``message_id``.
+        ``delay``, ``priority`` and ``unique_for`` as for ``publish``; not for an outbox
+        row (:data:`OUTBOX_OPTIONS`)."""
         if not isinstance(message, Message):
             raise ConfigurationError(f"ctx.publish() takes a Message, not {message!r}")
+        options = publish_options(delay=delay, priority=priority, unique_for=unique_for)
+        if options and self.check is not None:
+            self.check(options)
+        if options and self._conn is not None and self.outbox is not None:
+            raise ConfigurationError(OUTBOX_OPTIONS)
         self._position += 1
         follow_up = make_follow_up(
             message,
@@ -119,6 +144,7 @@ class Effects:
             origin=self.key,
             position=self._position,
             headers=headers,
+            options=options,
         )
         if self._conn is not None and self.outbox is not None:
             await self._write_to_outbox(self._conn, [follow_up])

@@ -10,7 +10,7 @@ import pytest
 
 from rabbitq import App, Message, PermanentError, RetryPolicy
 from rabbitq._worker.dispatch import compose, new_job
-from rabbitq._worker.ordering import BLOCKED, Ordering, blocked_outcome, key_of
+from rabbitq._worker.ordering import BLOCKED, UNKNOWN, Ordering, blocked_outcome, key_of
 from rabbitq._worker.stages import for_testing
 from rabbitq.errors import ConfigurationError
 from rabbitq.hooks import Hooks
@@ -72,6 +72,46 @@ def test_the_key_is_ordered_by_of_the_decoded_body():
     assert key_of(handler, encode(Op(account="a-1", seq=1))) == "a-1"
     assert key_of(handler, b"not json") is None  # dead-lettered as invalid, no turn
     assert key_of(None, b"{}") is None
+
+
+def test_the_publishers_key_header_wins_and_an_opaque_body_has_no_known_key():
+    app = app_with(lambda m: None)
+    handler = app.handlers[Op.type_name()]
+    body = encode(Op(account="a-1", seq=1))
+    assert key_of(handler, b"\x01ciphertext", {"rabbitq-key": "a-1"}) == "a-1"
+    assert key_of(handler, b"", {"rabbitq-key": b"a-1"}) == "a-1"  # bytes from a producer
+    assert key_of(handler, b"\x01ciphertext", {"rabbitq-key-id": "k1"}) is UNKNOWN
+    assert key_of(handler, b"", {"rabbitq-blob": "b1"}) is UNKNOWN
+    assert key_of(handler, body, {"rabbitq-key-id": "k1", "rabbitq-key": "a-1"}) == "a-1"
+    failing = App(queue="q")
+    failing.handler(Op, ordered_by=lambda m: 1 / 0)(lambda m: None)
+    assert key_of(failing.handlers[Op.type_name()], body) is UNKNOWN
+
+
+async def test_a_delivery_of_no_known_key_runs_alone_between_the_others(caplog):
+    events: list[tuple[str, str, int]] = []
+
+    async def handle(m: Op) -> None:
+        events.append(("start", m.account, m.seq))
+        await asyncio.sleep(random.uniform(0, 0.003))
+        events.append(("end", m.account, m.seq))
+
+    app = app_with(handle)
+    ordering = Ordering("q", app.handlers, Hooks())
+    unknown = Fake(Op(account="u", seq=0))
+    unknown.headers = {"rabbitq-blob": "b1"}  # as if offloaded: its body is not the key's
+    unknown.body = encode(Op(account="u", seq=0))  # (the fetch stage is not in this list)
+    deliveries = [Fake(Op(account=f"a{k}", seq=s)) for s in range(3) for k in range(3)]
+    deliveries[4:4] = [unknown]
+    outcomes = await run_all(ordering, app, deliveries)
+
+    assert all(isinstance(o.decision, Ack) for o in outcomes)
+    at = events.index(("start", "u", 0))
+    assert events[at + 1] == ("end", "u", 0)  # nothing ran beside it
+    ended_before = {(a, n) for kind, a, n in events[:at] if kind == "end"}
+    assert ended_before == {("a0", 0), ("a1", 0), ("a2", 0), ("a0", 1)}  # those before it
+    assert "ordering key cannot be known" in caplog.text
+    assert ordering._barrier is None and not ordering._tails  # nothing left held
 
 
 def test_on_dead_block_needs_ordered_by_and_a_known_value():
