@@ -6,6 +6,14 @@ so a cut connection is replaced instead of failing the next claim; an outage tha
 persists becomes :class:`~rabbitq.effects.store.StoreUnavailable` after ``timeout``.
 The check is rabbitq's rather than the pool's, so that a transaction's ``BEGIN`` can be
 the check (:meth:`Database.connection` with ``begin=True``): one round trip, not two.
+
+Callers beyond ``pool_size`` queue for a connection (for at most ``timeout``).
+:meth:`Database.close` while callers use the pool or wait for it (a status writer's
+flush beside 300 status reads) leaves it to the last of them to close: closing it under
+them failed them all (``the pool ... is closed``). A pool that gives no
+connection in time says why in its one line: the error of one direct connect when it
+holds none (``database "payments" does not exist``, connection refused), else that all
+its connections were busy; psycopg's own words are only in the pool's warnings.
 """
 
 from __future__ import annotations
@@ -51,6 +59,8 @@ class Database:
         self._pool: AsyncConnectionPool[Conn] | None = None
         self._lock: asyncio.Lock | None = None
         self._schema_ready = False
+        self._users = 0  # callers holding or waiting for a pooled connection
+        self._close_when_idle = False
 
     def __repr__(self) -> str:
         return f"Database({redact_url(self.dsn)!r})"
@@ -86,11 +96,16 @@ class Database:
                 for statement in self._schema:
                     await conn.execute(statement)
         except LINK_ERRORS as exc:
-            raise StoreUnavailable(f"{self!r} is unavailable: {exc}") from exc
+            raise await self.unavailable(exc) from exc
         self._schema_ready = True
 
     async def close(self) -> None:
-        """Close the pool (idempotent)."""
+        """Close the pool (idempotent; opened again on next use). While callers use it
+        or wait for it, the last of them closes it."""
+        if self._users:
+            self._close_when_idle = True
+            return
+        self._close_when_idle = False
         pool, self._pool = self._pool, None
         self._schema_ready = False
         if pool is not None:
@@ -106,25 +121,54 @@ class Database:
                 self.dsn, autocommit=True, connect_timeout=max(1, int(self.timeout))
             )
         except LINK_ERRORS as exc:
-            raise StoreUnavailable(f"{self!r} is unavailable: {exc}") from exc
+            raise await self.unavailable(exc) from exc
+
+    async def unavailable(self, exc: BaseException) -> StoreUnavailable:
+        """The :class:`StoreUnavailable` for ``exc``, in one line; for a pool's timeout,
+        with its cause (:func:`why_no_connection`)."""
+        why = await self.why_no_connection() if isinstance(exc, PoolTimeout) else None
+        return StoreUnavailable(f"{self!r} is unavailable: {one_line(why or str(exc))}")
+
+    async def why_no_connection(self) -> str | None:
+        """Why the pool gave no connection within ``timeout``: with none open, the error
+        of one direct connect (None if that one succeeds); else that all were busy."""
+        pool = self._pool
+        if pool is not None and pool.get_stats().get("pool_size", 0) > 0:
+            return (
+                f"all {pool.max_size} connections of its pool were busy for"
+                f" {self.timeout:g}s (more callers than pool_size, or a slow database)"
+            )
+        try:
+            conn = await psycopg.AsyncConnection.connect(
+                self.dsn, autocommit=True, connect_timeout=max(1, int(self.timeout))
+            )
+        except LINK_ERRORS as exc:
+            return f"cannot connect: {exc}"
+        await conn.close()
+        return None
 
     @contextlib.asynccontextmanager
     async def connection(self, *, begin: bool = False) -> AsyncIterator[Conn]:
         """A pooled connection, checked; with ``begin``, in a transaction that the caller
         ends (``COMMIT`` or ``ROLLBACK``; one left open is rolled back by the pool). An
         unreachable database is :class:`StoreUnavailable`."""
-        if not self._schema_ready:
-            await self.open()
-        pool = self._pool
-        assert pool is not None
+        self._users += 1
         try:
+            if not self._schema_ready:
+                await self.open()
+            pool = self._pool
+            assert pool is not None
             conn = await self._checked(pool, "BEGIN" if begin else "")
             try:
                 yield conn
             finally:
                 await pool.putconn(conn)
         except LINK_ERRORS as exc:
-            raise StoreUnavailable(f"{self!r} is unavailable: {exc}") from exc
+            raise await self.unavailable(exc) from exc
+        finally:
+            self._users -= 1
+            if not self._users and self._close_when_idle:
+                await self.close()
 
     async def _checked(self, pool: AsyncConnectionPool[Conn], first: str) -> Conn:
         """A connection of ``pool`` on which ``first`` ran (the empty statement the pool's
@@ -146,3 +190,8 @@ class Database:
                 await pool.putconn(conn)
                 raise
             await asyncio.sleep(CHECK_RETRY)
+
+
+def one_line(text: str) -> str:
+    """``text`` on one line: psycopg's errors give a line per address tried (pure)."""
+    return "; ".join(" ".join(line.split()) for line in text.splitlines() if line.strip())

@@ -23,6 +23,7 @@ from redis.backoff import ExponentialBackoff
 from redis.exceptions import ConnectionError, RedisError, TimeoutError
 
 from ..effects.location import RedisLocation
+from ..effects.redisclient import new_client
 from ..effects.store import StoreUnavailable
 from ..settings import redact_url
 from .store import decide
@@ -115,11 +116,10 @@ class RedisKeys:
     async def _call(self, script: str, key: str, *args: Any) -> Any:
         loop = asyncio.get_running_loop()
         if self._client is None or self._loop is not loop:
-            self._client = aioredis.Redis.from_url(
+            self._client = new_client(
                 self.location.url,
-                socket_timeout=self.location.timeout,
-                socket_connect_timeout=self.location.timeout,
-                client_name=CLIENT_NAME,
+                timeout=self.location.timeout,
+                name=CLIENT_NAME,
                 # Each script is idempotent for its message id: sent again once on a
                 # new connection after a cut one.
                 retry=Retry(ExponentialBackoff(cap=0.5), 2),
