@@ -142,3 +142,22 @@ async def test_finishing_while_a_newer_one_is_pending_starts_its_burst(backend):
         assert await keys.check("g", "b") == RUN
     finally:
         await keys.close()
+
+
+async def test_a_redis_key_written_by_an_earlier_rabbitq_is_a_confirmed_holder(backend):
+    from rabbitq.backends import RedisBackend
+
+    if not isinstance(backend, RedisBackend):
+        return  # PostgreSQL's earlier rows (message_id, no pending) are the confirmed form
+    import redis.asyncio as aioredis
+
+    keys = _keys(backend)
+    client = aioredis.Redis.from_url(backend.location.url)
+    try:
+        await client.set(backend.location.base + "unique:old", "m-old", px=60_000)
+        assert await keys.take("old", "m-new", 60) == Held("m-old", confirmed=True)
+        await keys.release("old", "m-old")
+        assert await keys.take("old", "m-new", 60) is None
+    finally:
+        await client.aclose()
+        await keys.close()
