@@ -22,6 +22,7 @@ from redis.exceptions import RedisError
 
 from ..effects import epoch
 from ..effects.location import RedisLocation
+from ..effects.redisclient import new_client
 from ..effects.store import StoreUnavailable
 from ..settings import redact_url
 from .model import KEEP
@@ -51,12 +52,7 @@ class RedisCancels:
         if self._client is None or loop is not self._loop:  # a client serves one loop
             self._loop = loop
             t = self.location.timeout
-            self._client = aioredis.Redis.from_url(
-                self.location.url,
-                socket_timeout=t,
-                socket_connect_timeout=t,
-                client_name="rabbitq-cancel",
-            )
+            self._client = new_client(self.location.url, timeout=t, name="rabbitq-cancel")
         return self._client
 
     async def add(self, message_ids: Sequence[str]) -> None:

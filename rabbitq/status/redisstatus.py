@@ -31,6 +31,7 @@ from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
 from ..effects.location import DEFAULT_REDIS_URL, STATUS_KEYS, RedisLocation
+from ..effects.redisclient import new_client
 from ..effects.store import StoreUnavailable
 from ..errors import ConfigurationError
 from ..settings import redact_url
@@ -93,11 +94,10 @@ class RedisStatus:
     def _redis(self) -> aioredis.Redis:
         loop = asyncio.get_running_loop()
         if self._client is None or self._loop is not loop:  # a client belongs to its loop
-            self._client = aioredis.Redis.from_url(
+            self._client = new_client(
                 self.url,
-                socket_timeout=self.timeout,
-                socket_connect_timeout=self.timeout,
-                client_name=CLIENT_NAME,
+                timeout=self.timeout,
+                name=CLIENT_NAME,
                 # No retries: a write sent twice would record its events twice, and a
                 # failed one is counted as lost instead (best effort).
                 retry=Retry(NoBackoff(), 0),

@@ -2,7 +2,9 @@
 tables (same database, same prefix).
 
 One table, ``<prefix>publish_keys (key, message_id, pending, pending_until, expires_at)``,
-the key prefixed by its kind (``u:`` unique, ``d:`` debounce). Taking a unique key is one
+the key prefixed by its kind (``u:`` unique, ``d:`` debounce). A unique key's row holds
+its message id in ``pending`` until the publish is confirmed, then in ``message_id``;
+``expires_at`` is the end of the pending lease, then of the window. Taking it is one
 ``INSERT ... ON CONFLICT DO UPDATE ... WHERE`` (no row, or an expired one): of two
 publishers racing, exactly one gets the row back. A debounced delivery's check is one
 statement too (a data-modifying CTE: a delivered pending message made the latest, then
@@ -21,19 +23,30 @@ from ..effects.database import LINK_ERRORS, Database
 from ..effects.location import PostgresLocation
 from ..effects.store import StoreUnavailable
 from ..settings import redact_url
-from .store import decide
+from .store import Held, decide
 
 CLEANUP_INTERVAL = 60.0
 _SECS = "now() + make_interval(secs => %(s)s)"
 _TAKE = (
-    "INSERT INTO {t} AS k (key, message_id, expires_at) VALUES (%(k)s, %(m)s, " + _SECS + ")"
-    " ON CONFLICT (key) DO UPDATE SET message_id = EXCLUDED.message_id,"
-    " expires_at = EXCLUDED.expires_at"
+    "INSERT INTO {t} AS k (key, pending, pending_until, expires_at)"
+    " VALUES (%(k)s, %(m)s, " + _SECS + ", " + _SECS + ")"
+    " ON CONFLICT (key) DO UPDATE SET message_id = NULL, pending = EXCLUDED.pending,"
+    " pending_until = EXCLUDED.pending_until, expires_at = EXCLUDED.expires_at"
     " WHERE k.expires_at < now() RETURNING 1"
 )
-_HOLDER = "SELECT message_id FROM {t} WHERE key = %(k)s AND expires_at >= now()"
-_HOLD = "UPDATE {t} SET expires_at = " + _SECS + " WHERE key = %(k)s AND message_id = %(m)s"
-_RELEASE = "DELETE FROM {t} WHERE key = %(k)s AND message_id = %(m)s"
+_HOLDER = (
+    "SELECT coalesce(message_id, pending), message_id IS NOT NULL FROM {t}"
+    " WHERE key = %(k)s AND expires_at >= now()"
+)
+_RENEW = (
+    "UPDATE {t} SET (expires_at, pending_until) = (SELECT e, e FROM (SELECT " + _SECS + " AS e)"
+    " AS n) WHERE key = %(k)s AND pending = %(m)s AND message_id IS NULL"
+)
+_CONFIRM = (
+    "UPDATE {t} SET message_id = %(m)s, pending = NULL, pending_until = NULL,"
+    " expires_at = " + _SECS + " WHERE key = %(k)s AND (pending = %(m)s OR message_id = %(m)s)"
+)
+_RELEASE = "DELETE FROM {t} WHERE key = %(k)s AND (message_id = %(m)s OR pending = %(m)s)"
 _PROPOSE = (
     "INSERT INTO {t} AS k (key, pending, pending_until, expires_at) VALUES (%(k)s, %(m)s,"
     " now() + make_interval(secs => %(lease)s), " + _SECS + ")"
@@ -115,17 +128,20 @@ class PostgresKeys:
                 raise StoreUnavailable(f"{self!r}: {exc}") from exc
         return rows
 
-    async def take(self, key: str, message_id: str, lease: float) -> str | None:
+    async def take(self, key: str, message_id: str, lease: float) -> Held | None:
         for _ in range(5):  # a holder gone between the two statements: try again
             if await self._run(_TAKE, k="u:" + key, m=message_id, s=lease):
                 return None
             rows = await self._run(_HOLDER, k="u:" + key)
             if rows and rows[0][0] is not None:
-                return str(rows[0][0])
+                return Held(str(rows[0][0]), bool(rows[0][1]))
         raise StoreUnavailable(f"{self!r}: unique key {key!r} changed hands five times")
 
-    async def hold(self, key: str, message_id: str, seconds: float) -> None:
-        await self._run(_HOLD, k="u:" + key, m=message_id, s=seconds)
+    async def renew(self, key: str, message_id: str, lease: float) -> None:
+        await self._run(_RENEW, k="u:" + key, m=message_id, s=lease)
+
+    async def confirm(self, key: str, message_id: str, seconds: float) -> None:
+        await self._run(_CONFIRM, k="u:" + key, m=message_id, s=seconds)
 
     async def release(self, key: str, message_id: str) -> None:
         await self._run(_RELEASE, k="u:" + key, m=message_id)

@@ -1,9 +1,11 @@
 """``RedisKeys``: unique and debounce keys in Redis, beside the app's other keys (same
 Redis, same key base).
 
-- ``<base>unique:<key>``: the holding message id, expiring when the lease or the window
-  ends. Taking it is one script (``SET ... PX`` if absent, else answer the holder):
-  of two publishers racing, exactly one takes it.
+- ``<base>unique:<key>``: a hash, ``m`` the holding message id, ``s`` its state (``p``
+  pending, ``c`` confirmed), expiring when the pending lease or the window ends (a plain
+  string, as an earlier rabbitq wrote, is a confirmed holder). Taking it is one script
+  (create it if absent, else answer the holder): of two publishers racing, exactly one
+  takes it.
 - ``<base>debounce:<key>``: a hash, ``l`` the burst's latest message, ``p`` the pending
   one with ``pu`` (Redis's clock, ms) the end of its publish's lease; it expires
   ``retention`` after its last publish. Every change and the delivery's check are one
@@ -28,27 +30,43 @@ from redis.exceptions import ConnectionError, RedisError, TimeoutError
 
 from ..effects import epoch
 from ..effects.location import RedisLocation
+from ..effects.redisclient import new_client
 from ..effects.store import StoreUnavailable
 from ..settings import redact_url
-from .store import decide
+from .store import Held, decide
 
 CLIENT_NAME = "rabbitq-keys"
-# KEYS[1]; ARGV: message id, ms -> '' (taken) or the holder
+# KEYS[1]; ARGV: message id, ms -> {} (taken) or {holder, 'p' or 'c'}
 _TAKE = """
-local v = redis.call('GET', KEYS[1])
-if not v then
-  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-  return ''
+local kind = redis.call('TYPE', KEYS[1])['ok']
+if kind == 'none' then
+  redis.call('HSET', KEYS[1], 'm', ARGV[1], 's', 'p')
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return {}
 end
-return v
+if kind == 'string' then return {redis.call('GET', KEYS[1]), 'c'} end
+return redis.call('HMGET', KEYS[1], 'm', 's')
 """
 # KEYS[1]; ARGV: message id, ms
-_HOLD = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
+_RENEW = """
+if redis.call('TYPE', KEYS[1])['ok'] == 'hash' and redis.call('HGET', KEYS[1], 'm') == ARGV[1]
+  and redis.call('HGET', KEYS[1], 's') == 'p' then redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
+return 0
+"""
+_CONFIRM = """
+if redis.call('TYPE', KEYS[1])['ok'] == 'hash' and redis.call('HGET', KEYS[1], 'm') == ARGV[1]
+then
+  redis.call('HSET', KEYS[1], 's', 'c')
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
 return 0
 """
 _RELEASE = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
+local kind = redis.call('TYPE', KEYS[1])['ok']
+local holder = false
+if kind == 'string' then holder = redis.call('GET', KEYS[1]) end
+if kind == 'hash' then holder = redis.call('HGET', KEYS[1], 'm') end
+if holder == ARGV[1] then redis.call('DEL', KEYS[1]) end
 return 0
 """
 _NOW = """
@@ -114,7 +132,7 @@ if pu > now then redis.call('HDEL', KEYS[1], 'l') else redis.call('DEL', KEYS[1]
 return 0
 """
 )
-_SCRIPTS = (_TAKE, _HOLD, _RELEASE, _PROPOSE, _COMMIT, _WITHDRAW, _CHECK, _FINISH)
+_SCRIPTS = (_TAKE, _RENEW, _CONFIRM, _RELEASE, _PROPOSE, _COMMIT, _WITHDRAW, _CHECK, _FINISH)
 
 
 class RedisKeys:
@@ -138,11 +156,10 @@ class RedisKeys:
     async def _call(self, script: str, key: str | list[str], *args: Any) -> Any:
         loop = asyncio.get_running_loop()
         if self._client is None or self._loop is not loop:
-            self._client = aioredis.Redis.from_url(
+            self._client = new_client(
                 self.location.url,
-                socket_timeout=self.location.timeout,
-                socket_connect_timeout=self.location.timeout,
-                client_name=CLIENT_NAME,
+                timeout=self.location.timeout,
+                name=CLIENT_NAME,
                 # Each script is idempotent for its message id: sent again once on a
                 # new connection after a cut one.
                 retry=Retry(ExponentialBackoff(cap=0.5), 2),
@@ -156,12 +173,18 @@ class RedisKeys:
         except (RedisError, OSError) as exc:
             raise StoreUnavailable(f"{self!r}: {exc}") from exc
 
-    async def take(self, key: str, message_id: str, lease: float) -> str | None:
-        holder = _text(await self._call(_TAKE, self._unique + key, message_id, _ms(lease)))
-        return holder or None
+    async def take(self, key: str, message_id: str, lease: float) -> Held | None:
+        answer = await self._call(_TAKE, self._unique + key, message_id, _ms(lease))
+        if not answer:
+            return None
+        holder, state = answer
+        return Held(_text(holder), _text(state) != "p")
 
-    async def hold(self, key: str, message_id: str, seconds: float) -> None:
-        await self._call(_HOLD, self._unique + key, message_id, _ms(seconds))
+    async def renew(self, key: str, message_id: str, lease: float) -> None:
+        await self._call(_RENEW, self._unique + key, message_id, _ms(lease))
+
+    async def confirm(self, key: str, message_id: str, seconds: float) -> None:
+        await self._call(_CONFIRM, self._unique + key, message_id, _ms(seconds))
 
     async def release(self, key: str, message_id: str) -> None:
         await self._call(_RELEASE, self._unique + key, message_id)

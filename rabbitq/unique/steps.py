@@ -1,13 +1,17 @@
 """The publish steps of unique and debounced publishes (``publish(unique_for=...)``,
 ``publish(debounce=..., unique_key=...)``; docs/control.md).
 
-**unique**: take the key (free or expired), send, then hold it for the rest of the
-window; the same message id published again within it is refused like any other. The
-key is taken for :data:`~.store.PENDING_LEASE` only until the broker confirmed the
-message, so a publisher killed in between holds it that long, not for the window; a
-send that fails (or is cancelled) releases it, compare-and-delete, before the error goes
-on. A key held by another message: nothing is sent, the holder's id is returned, and a
-``deduplicated`` status record is written under this publish's own id.
+**unique**: take the key (free or expired) pending, send (renewing the pending lease,
+:data:`~.store.UNIQUE_LEASE`, while the confirm is awaited), then hold it confirmed for
+the rest of the window; the same message id published again within it is refused like
+any other. A publisher killed before its confirm stops renewing: its key is free
+:data:`~.store.UNIQUE_LEASE` later, not after the window. A send that fails (or is
+cancelled) releases it, compare-and-delete, before the error goes on. A key held
+*confirmed* by another message: nothing is sent, the holder's id is returned, and a
+``deduplicated`` status record is written under this publish's own id. A key held
+*pending*: this publish waits (at most :data:`~.store.CONFIRM_WAIT`) for the holder's
+outcome: its confirm (then refused as above), or its failure or lapsed lease (then this
+publish takes the key and sends its own); never an id the broker has not confirmed.
 
 **debounce**: the key's pending message is this one (with the same lease), it is sent
 into the delay ladder for ``debounce`` seconds, and once confirmed it is the key's
@@ -20,17 +24,27 @@ its key's record gone under another epoch runs it rather than supersede it.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import time
 from typing import Any
 
 from .._amqp import headers as h
 from .._amqp.outgoing import Outgoing, SendNext
-from ..errors import ConfigurationError
+from ..errors import ConfigurationError, PublishError
 from ..ladder import plan as ladder
 from ..status.model import DEDUPLICATED, Record
 from ..status.writer import StatusWriter
-from .store import PENDING_LEASE, KeyStore
+from .store import (
+    CONFIRM_WAIT,
+    PENDING_LEASE,
+    UNIQUE_LEASE,
+    Held,
+    KeyStore,
+    pending_lease,
+    poll_waits,
+)
 
 log = logging.getLogger("rabbitq.unique")
 MAX_KEY = 512  # characters
@@ -81,26 +95,81 @@ class UniqueStep:
         window = seconds("unique_for", options["unique_for"])
         mid = out.message_id
         key = mid if options.get("unique_key") is None else check_key(options["unique_key"])
-        taken = time.monotonic()
-        holder = await self.store.take(key, mid, min(window, PENDING_LEASE))
+        ends = time.monotonic() + window
+        holder = await self._take(key, mid, ends)
         if holder is not None:
             if self.writer is not None:
                 detail = {"type": out.type_name, "key": key, "first": holder}
                 self.writer.add(Record(mid, DEDUPLICATED, time.time(), None, detail))
             return holder
         out.headers[h.UNIQUE_KEY] = key
+        renewing = asyncio.create_task(self._renew(key, mid, ends))
         try:
             sent = await call_next(out)
         except BaseException:
+            await _stop(renewing)
             await undo_quietly(self.store.release, key, mid)
             raise
-        if window > PENDING_LEASE:
-            left = window - (time.monotonic() - taken)
-            try:
-                await self.store.hold(key, mid, max(left, 0.001))
-            except Exception as exc:  # sent: the key is held for the lease only
-                log.warning("unique key %r of %s held %gs only: %s", key, mid, PENDING_LEASE, exc)
+        await _stop(renewing)
+        await self._confirm(key, mid, ends)
         return sent
+
+    async def _take(self, key: str, mid: str, ends: float) -> str | None:
+        """Take ``key`` pending (None), or the id of its confirmed holder; a pending
+        holder is waited for, :data:`CONFIRM_WAIT` at most (then PublishError)."""
+        deadline = time.monotonic() + CONFIRM_WAIT
+        waits = poll_waits()
+        while True:
+            held: Held | None = await self.store.take(
+                key, mid, pending_lease(ends - time.monotonic())
+            )
+            if held is None or held.confirmed:
+                return None if held is None else held.message_id
+            if time.monotonic() >= deadline:
+                raise PublishError(
+                    f"unique key {key!r} is held by {held.message_id}, whose publish is not"
+                    f" confirmed after {CONFIRM_WAIT:g}s: nothing was sent (publish again)"
+                )
+            await asyncio.sleep(next(waits))
+
+    async def _renew(self, key: str, mid: str, ends: float) -> None:
+        """Renew ``key``'s pending lease every third of it until cancelled (the confirm
+        came, or the send failed) or the window ends."""
+        while True:
+            await asyncio.sleep(UNIQUE_LEASE / 3)
+            left = ends - time.monotonic()
+            if left <= 0:
+                return
+            try:
+                await self.store.renew(key, mid, pending_lease(left))
+            except Exception as exc:  # the next renewal may reach it; the lease is 3 of them
+                log.warning("unique key %r of %s: could not renew its lease: %s", key, mid, exc)
+
+    async def _confirm(self, key: str, mid: str, ends: float) -> None:
+        """Hold ``key`` confirmed for the rest of the window; tried again within the
+        pending lease (still held that long), then logged: the key may then be taken
+        over and sent again once its lease ends."""
+        tried = time.monotonic()
+        waits = poll_waits(0.1, 1.0)
+        while True:
+            try:
+                await self.store.confirm(key, mid, max(ends - time.monotonic(), 0.001))
+                return
+            except Exception as exc:
+                if time.monotonic() - tried >= UNIQUE_LEASE / 2:
+                    log.warning(
+                        "unique key %r: %s was confirmed, but the store could not record it"
+                        " (%s): another publish of the key may be sent once its %gs lease ends",
+                        key, mid, exc, UNIQUE_LEASE,
+                    )  # fmt: skip
+                    return
+            await asyncio.sleep(next(waits))
+
+
+async def _stop(task: asyncio.Task[None]) -> None:
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
 
 
 class DebounceStep:

@@ -24,6 +24,7 @@ from redis.backoff import ExponentialBackoff
 from redis.exceptions import ConnectionError, RedisError, TimeoutError
 
 from ..effects.location import CHORD_KEYS, RedisLocation
+from ..effects.redisclient import new_client
 from ..effects.store import StoreUnavailable
 from ..settings import redact_url
 from .wire import SHAPE
@@ -80,11 +81,10 @@ class RedisChords:
     def _redis(self) -> tuple[aioredis.Redis, Any, Any, Any]:
         loop = asyncio.get_running_loop()
         if self._client is None or self._loop is not loop or self._scripts is None:
-            self._client = aioredis.Redis.from_url(
+            self._client = new_client(
                 self.url,
-                socket_timeout=self.timeout,
-                socket_connect_timeout=self.timeout,
-                client_name=CLIENT_NAME,
+                timeout=self.timeout,
+                name=CLIENT_NAME,
                 # Every command here is idempotent (a mark, a result, a claim by its own
                 # token, "sent"): sent again once on a new connection after a cut one.
                 retry=Retry(ExponentialBackoff(cap=0.5), 2),

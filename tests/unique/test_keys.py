@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 
 from rabbitq.unique.setup import key_store
-from rabbitq.unique.store import RUN, SUPERSEDED, WAIT, KeyStore
+from rabbitq.unique.store import RUN, SUPERSEDED, WAIT, Held, KeyStore
 
 
 def _keys(backend) -> KeyStore:
@@ -22,8 +22,11 @@ async def test_of_racing_takers_exactly_one_holds_the_key(backend):
         answers = await asyncio.gather(*(keys.take("k", f"m{i}", 60) for i in range(20)))
         winners = [f"m{i}" for i, a in enumerate(answers) if a is None]
         assert len(winners) == 1, answers
-        assert set(answers) == {None, winners[0]}  # every other taker is told the holder
-        assert await keys.take("k", winners[0], 60) == winners[0]  # again: refused too
+        # every other taker is told the holder, pending: not yet confirmed
+        assert set(answers) == {None, Held(winners[0], confirmed=False)}
+        await keys.confirm("k", winners[0], 60)
+        assert await keys.take("k", "other", 60) == Held(winners[0], confirmed=True)
+        assert await keys.take("k", winners[0], 60) == Held(winners[0], confirmed=True)
     finally:
         await keys.close()
 
@@ -32,25 +35,47 @@ async def test_a_key_is_free_again_when_its_window_ends(backend):
     keys = _keys(backend)
     try:
         assert await keys.take("w", "m1", 0.3) is None
-        assert await keys.take("w", "m2", 0.3) == "m1"
+        await keys.confirm("w", "m1", 0.3)
+        assert await keys.take("w", "m2", 0.3) == Held("m1", confirmed=True)
         await asyncio.sleep(0.6)
         assert await keys.take("w", "m2", 60) is None
     finally:
         await keys.close()
 
 
-async def test_hold_extends_and_release_frees_only_for_the_holder(backend):
+async def test_a_pending_key_lapses_unless_renewed_and_is_then_taken_over(backend):
+    keys = _keys(backend)
+    try:
+        assert await keys.take("p", "m1", 0.4) is None
+        await keys.renew("p", "m1", 60)
+        await keys.renew("p", "other", 0.001)  # not the holder: nothing changes
+        await asyncio.sleep(0.6)
+        assert await keys.take("p", "m2", 0.3) == Held("m1", confirmed=False)
+        assert await keys.take("q", "dead", 0.3) is None  # its publisher dies: no renewal
+        await asyncio.sleep(0.6)
+        assert await keys.take("q", "m2", 60) is None  # taken over
+        await keys.renew("q", "dead", 60)  # the dead one's late renewal takes nothing back
+        await keys.confirm("q", "dead", 60)
+        assert await keys.take("q", "m3", 60) == Held("m2", confirmed=False)
+    finally:
+        await keys.close()
+
+
+async def test_confirm_holds_and_release_frees_only_for_the_holder(backend):
     keys = _keys(backend)
     try:
         assert await keys.take("h", "m1", 0.3) is None
-        await keys.hold("h", "m1", 60)
-        await keys.hold("h", "other", 0.001)  # not the holder: nothing changes
+        await keys.confirm("h", "m1", 60)
+        await keys.confirm("h", "other", 0.001)  # not the holder: nothing changes
+        await keys.renew("h", "m1", 0.001)  # confirmed: a renewal no longer shortens it
         await asyncio.sleep(0.6)
-        assert await keys.take("h", "m2", 60) == "m1"
+        assert await keys.take("h", "m2", 60) == Held("m1", confirmed=True)
         await keys.release("h", "other")
-        assert await keys.take("h", "m2", 60) == "m1"
+        assert await keys.take("h", "m2", 60) == Held("m1", confirmed=True)
         await keys.release("h", "m1")
         assert await keys.take("h", "m2", 60) is None
+        await keys.release("h", "m2")  # a pending holder releases too (its send failed)
+        assert await keys.take("h", "m3", 60) is None
     finally:
         await keys.close()
 
@@ -116,6 +141,25 @@ async def test_finishing_while_a_newer_one_is_pending_starts_its_burst(backend):
         await keys.commit("g", "b")
         assert await keys.check("g", "b") == RUN
     finally:
+        await keys.close()
+
+
+async def test_a_redis_key_written_by_an_earlier_rabbitq_is_a_confirmed_holder(backend):
+    from rabbitq.backends import RedisBackend
+
+    if not isinstance(backend, RedisBackend):
+        return  # PostgreSQL's earlier rows (message_id, no pending) are the confirmed form
+    import redis.asyncio as aioredis
+
+    keys = _keys(backend)
+    client = aioredis.Redis.from_url(backend.location.url)
+    try:
+        await client.set(backend.location.base + "unique:old", "m-old", px=60_000)
+        assert await keys.take("old", "m-new", 60) == Held("m-old", confirmed=True)
+        await keys.release("old", "m-old")
+        assert await keys.take("old", "m-new", 60) is None
+    finally:
+        await client.aclose()
         await keys.close()
 
 
