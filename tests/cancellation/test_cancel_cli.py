@@ -28,7 +28,9 @@ async def test_one_line_per_id_and_json(redis_prefix: str) -> None:
     )
     await status.close()
     env = {"RABBITQ_TEST_CANCEL_PREFIX": redis_prefix}
-    result = await run_cli_async("cancel", f"{APP}:app", "m-done", "m-wait", "m-none", env=env)
+    result = await run_cli_async(
+        "cancel", f"{APP}:app", "m-done", "m-wait", "m-none", "--unknown-ok", env=env
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == [
         "m-done: already handled at 1970-01-01 00:16:41 UTC: not cancelled",
