@@ -53,6 +53,11 @@ class Hooks:
     def handler_finished(self, queue: str) -> None:
         """A handler ended, however it ended (in-flight count down)."""
 
+    def unacked_changed(self, queue: str, unacked: int) -> None:
+        """This worker now holds ``unacked`` deliveries of ``queue``: received and not
+        settled yet (running, waiting for a limit, an ordered key or a batch, or for
+        their copy's confirm), which RabbitMQ counts as unacknowledged."""
+
     def batch_flushed(self, queue: str, type_name: str, size: int, trigger: str) -> None:
         """A batch of ``size`` deliveries was handed to its batch handler; ``trigger`` is
         ``full`` (``max_size``), ``max_wait`` or ``stopping`` (the worker stops)."""

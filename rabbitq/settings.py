@@ -105,6 +105,16 @@ class Settings:
         )
 
 
+SEMCONV_OPT_IN_ENV = "OTEL_SEMCONV_STABILITY_OPT_IN"
+
+
+def semconv_opt_in(environ: Mapping[str, str] | None = None) -> str:
+    """``$OTEL_SEMCONV_STABILITY_OPT_IN`` as set ("" when unset), read where the tracing is
+    built (rabbitq.tracing.semconv says what rabbitq makes of it)."""
+    env = os.environ if environ is None else environ
+    return env.get(SEMCONV_OPT_IN_ENV, "")
+
+
 def configured_url(url: str | None) -> str:
     """The given URL, else ``$RABBITQ_URL``, else the local broker; not checked (for
     scrubbing its password out of an error about it)."""

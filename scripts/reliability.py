@@ -36,6 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from rabbitq._amqp.brokers import FACT_ROWS  # noqa: E402
+from rabbitq._amqp.fact_rows import COLUMNS  # noqa: E402
 from tests.broker_node import BrokerNode  # noqa: E402
 from tests.chaos import cluster_scenarios, loss_paths, scenarios  # noqa: E402
 from tests.chaos.scenarios import Result, Speed  # noqa: E402
@@ -175,12 +176,12 @@ BROKER_END = "<!-- broker-facts:end -->"
 
 def render_broker_facts() -> str:
     """The broker facts table (``rabbitq._amqp.brokers.FACT_ROWS``), between the markers."""
-    rows = [
-        BROKER_BEGIN,
-        "| fact | 3.10-3.13 | 4.0-4.2 | 4.3 | verified here on 3.10.8 | RabbitMQ docs |",
-        "|---|---|---|---|---|---|",
+    columns = ["fact", *COLUMNS, "verified here on 3.10.8", "RabbitMQ docs"]
+    rows = [BROKER_BEGIN, f"| {' | '.join(columns)} |", "|" + "---|" * len(columns)]
+    rows += [
+        f"| {r.fact} | {' | '.join((*r.values, r.in_4_4))} | {r.verified} | {r.docs} |"
+        for r in FACT_ROWS
     ]
-    rows += [f"| {r.fact} | {' | '.join(r.values)} | {r.verified} | {r.docs} |" for r in FACT_ROWS]
     rows.append(BROKER_END)
     return "\n".join(rows)
 

@@ -6,6 +6,7 @@
 
 With none of them the broker tests fail in CI (``CI`` set) and skip elsewhere.
 Every test gets its own queue and exchange names (uuid suffix) and deletes them.
+A red run ends with its failures by kind (:mod:`tests.failure_kinds`).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from rabbitq import App
 from rabbitq._ops.containers import throwaway_broker
 
 from .broker_node import BrokerNode
+from .failure_kinds import pytest_runtest_makereport, pytest_terminal_summary
 from .helpers import (
     CONSISTENT_HASH_PLUGIN,
     DELETED_QUEUES,
@@ -39,6 +41,10 @@ from .helpers import (
 )
 
 LOCAL_URL = "amqp://guest:guest@127.0.0.1:5672/"
+
+__all__ = ["pytest_runtest_makereport", "pytest_terminal_summary"]
+"""The hooks of :mod:`tests.failure_kinds`: a red run's last lines say which failures are
+timing under load and which are broken promises."""
 
 
 ONE_WORKER = frozenset(

@@ -4,9 +4,11 @@ subprocess died, ask a broker for the consistent-hash exchange."""
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import concurrent.futures
 import contextlib
+import inspect
 import os
 import signal
 import subprocess
@@ -23,6 +25,8 @@ from rabbitq import App, Worker
 from rabbitq._amqp import partitions
 from rabbitq._amqp.topology import retry_queue_name
 from rabbitq.hooks import Hooks
+
+from .failure_kinds import SettleTimeout
 
 REDIS_URL = os.environ.get("RABBITQ_TEST_REDIS", "redis://127.0.0.1:6379/0")
 """The real Redis of the tests (the effects tests and bench/ read the same variable)."""
@@ -229,14 +233,33 @@ async def drain_queue(
     return out
 
 
+def described(predicate: Callable[[], Any]) -> str:
+    """What a wait's ``predicate`` awaits, for its :class:`SettleTimeout`: a lambda's
+    source (``lambda: rec.count("success") == 5``), else the function's name."""
+    name = getattr(predicate, "__qualname__", repr(predicate))
+    if name.rsplit(".", 1)[-1] != "<lambda>":
+        return name
+    with contextlib.suppress(OSError, TypeError):
+        source = " ".join(inspect.getsource(predicate).split())
+        text = source[source.find("lambda") :][:300]
+        for end in range(len(text), 6, -1):  # the longest prefix that is the lambda alone
+            with contextlib.suppress(SyntaxError):
+                if isinstance(ast.parse(text[:end], mode="eval").body, ast.Lambda):
+                    return text[:end]
+    return name
+
+
 async def wait_for(
     predicate: Callable[[], Any],
     timeout: float = 30,
     interval: float = 0.05,
     *,
     running: Iterable[tuple[subprocess.Popen[Any], Path]] = (),
+    what: str | None = None,
 ) -> None:
-    """Poll ``predicate`` (sync or async) until it is true, else fail after ``timeout``.
+    """Poll ``predicate`` (sync or async) until it is true, else raise
+    :class:`SettleTimeout` (timing under load, in the run's last lines) after
+    ``timeout``; ``what`` names what was awaited (else the predicate's source).
     ``running``: ``(process, log)`` pairs that must stay up meanwhile; one that exits
     fails the wait at once with :func:`exit_report` (why it died, not a timeout)."""
     loop = asyncio.get_running_loop()
@@ -251,7 +274,7 @@ async def wait_for(
         if value:
             return
         if loop.time() > deadline:
-            raise AssertionError(f"condition not met within {timeout}s")
+            raise SettleTimeout(what or described(predicate), timeout)
         await asyncio.sleep(interval)
 
 

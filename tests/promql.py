@@ -19,6 +19,9 @@ ROOT = Path(__file__).resolve().parent.parent
 DASHBOARD = ROOT / "grafana" / "dashboards" / "rabbitq.json"
 ALERTS = ROOT / "deploy" / "prometheus" / "alerts.yml"
 PROMETHEUS_CONFIG = ROOT / "deploy" / "prometheus" / "prometheus.yml"
+KEDA = ROOT / "deploy" / "k8s" / "keda-scaledobject.yaml"
+KEDA_QUEUE = "example-emails"
+"""The app queue the shipped KEDA query names (examples.email_service's)."""
 
 # Labels Prometheus adds to every scraped series, and the histogram's bucket label.
 TARGET_LABELS = frozenset({"job", "instance"})
@@ -88,6 +91,21 @@ def alert_rules() -> list[dict[str, Any]]:
     """Every rule of alerts.yml."""
     data = yaml.safe_load(ALERTS.read_text())
     return [rule for group in data["groups"] for rule in group["rules"]]
+
+
+def keda_trigger() -> dict[str, Any]:
+    """The one trigger of the shipped ScaledObject."""
+    (trigger,) = yaml.safe_load(KEDA.read_text())["spec"]["triggers"]
+    return dict(trigger)
+
+
+def keda_query(queue: str) -> str:
+    """The ScaledObject's query for the app whose queue is ``queue`` (written as the
+    recipe says: in place of :data:`KEDA_QUEUE`, its dots as ``[.]``)."""
+    query = str(keda_trigger()["metadata"]["query"])
+    assert KEDA_QUEUE in query, query
+    assert re.fullmatch(r"[\w.-]+", queue), f"no regex characters but dots in {queue!r}"
+    return query.replace(KEDA_QUEUE, queue.replace(".", "[.]"))
 
 
 def grafana_regex_value(value: str) -> str:

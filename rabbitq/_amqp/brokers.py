@@ -1,10 +1,11 @@
 """What each RabbitMQ version does that rabbitq depends on (pure: facts, no I/O).
 
-RabbitMQ changed, between 3.10 and 4.3, how a quorum queue counts deliveries toward
+RabbitMQ changed, between 3.10 and 4.4, how a quorum queue counts deliveries toward
 ``x-delivery-limit``, whether it has a limit at all by default, who owns ``x-``
-headers, and how it enforces ``consumer_timeout``. Every such fact lives here, keyed
-by the version the broker announces in its ``connection.start`` server properties,
-so that the worker, the DLQ tools and ``rabbitq doctor`` decide from one table.
+headers, how it enforces ``consumer_timeout``, and whether a quorum queue can delay a
+message itself. Every such fact lives here, keyed by the version the broker announces
+in its ``connection.start`` server properties, so that the worker, the DLQ tools and
+``rabbitq doctor`` decide from one table.
 
 Each fact says where it comes from (:data:`FACT_ROWS`): verified here on RabbitMQ
 3.10.8, or resting on RabbitMQ's documentation and release notes alone. The table in
@@ -20,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from .fact_rows import PARTITION_ROWS, FactRow
+from .fact_rows import PARTITION_ROWS, ROWS_4_4, FactRow
 
 log = logging.getLogger("rabbitq.worker")
 
@@ -28,7 +29,7 @@ Series = Literal["3.x", "4.0-4.2", "4.3+"]
 
 _VERSION = re.compile(r"^\s*(\d+)\.(\d+)(?:\.(\d+))?")
 
-NEWEST_KNOWN = (4, 3)
+NEWEST_KNOWN = (4, 4)
 """The newest series whose behaviour this table describes; later ones are assumed to
 behave like it (and ``doctor`` says so)."""
 
@@ -58,7 +59,8 @@ class BrokerVersion:
 
     @property
     def series(self) -> Series:
-        """The behaviour family: ``3.x`` (3.10-3.13), ``4.0-4.2`` or ``4.3+``."""
+        """The behaviour family: ``3.x`` (3.10-3.13), ``4.0-4.2`` or ``4.3+`` (4.4 decides
+        nothing differently for rabbitq: :attr:`BrokerFacts.native_delayed_delivery`)."""
         if self.major < 4:
             return "3.x"
         if (self.major, self.minor) < (4, 3):
@@ -137,6 +139,11 @@ class BrokerFacts:
     """Whether a declare with ``x-queue-mode`` (any value) fails (4.3+: CQv1 removed)."""
     quorum_priorities: str = "none"
     """How a quorum queue orders by message priority."""
+    native_delayed_delivery: bool = False
+    """Whether a quorum queue holds a message until the time in its
+    ``x-opt-delivery-time`` annotation, an AMQP 1.0 feature (4.4+, from RabbitMQ's
+    documentation). rabbitq does not use it: it publishes over AMQP 0-9-1, and its
+    delays (the ladder) and retries (TTL queues) are the same on every version."""
     measured: bool
     """Whether this series was measured on this project's machine (3.10.8), rather
     than taken from RabbitMQ's documentation."""
@@ -209,6 +216,7 @@ def facts_for(version: BrokerVersion | None) -> BrokerFacts:
         transient_queues_refused=True,
         queue_mode_refused=True,
         quorum_priorities="strict levels 0-31 (no x-max-priority)",
+        native_delayed_delivery=version is not None and (version.major, version.minor) >= (4, 4),
     )
 
 
@@ -318,6 +326,7 @@ FACT_ROWS: tuple[FactRow, ...] = (
         verified="yes (none on 3.10)",
         docs='RabbitMQ 4.3.0 release notes ("Quorum queue delayed retry")',
     ),
+    *ROWS_4_4,  # what 4.4 added or stopped (amqp.fact_rows)
     *PARTITION_ROWS,  # routing by key and single active consumers (amqp.fact_rows)
 )
 """The table in docs/reliability.md ("Broker versions"): the human statement of the facts
@@ -353,6 +362,11 @@ def describe(facts: BrokerFacts) -> list[str]:
         )
     if facts.broker_owns_x_headers:
         lines.append("the broker ignores x- headers that clients set (x-death included)")
+    if facts.native_delayed_delivery:
+        lines.append(
+            "quorum queues can hold a message until its x-opt-delivery-time (AMQP 1.0); "
+            "rabbitq's delays and retries do not use it"
+        )
     if facts.version is not None and (facts.version.major, facts.version.minor) > NEWEST_KNOWN:
         lines.append(
             f"newer than {NEWEST_KNOWN[0]}.{NEWEST_KNOWN[1]}, the newest series rabbitq "

@@ -1,10 +1,18 @@
-"""The rows of the broker facts table (:data:`rabbitq._amqp.brokers.FACT_ROWS`): the
-:class:`FactRow` shape, and the rows about routing by key and single active consumers
-that partitions rest on (docs/ordering.md). Pure data."""
+"""The rows of the broker facts table (:data:`rabbitq._amqp.brokers.FACT_ROWS`): its
+:data:`COLUMNS`, the :class:`FactRow` shape, the rows of what RabbitMQ 4.4 added or
+stopped, and the rows about routing by key and single active consumers that partitions
+rest on (docs/ordering.md). Pure data."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+COLUMNS = ("3.10-3.13", "4.0-4.2", "4.3", "4.4")
+"""The versions the table has a column for: :attr:`FactRow.values`, then
+:attr:`FactRow.in_4_4`."""
+
+SAME_AS_4_3 = "as 4.3"
+"""A 4.4 value: the RabbitMQ 4.4.0 release notes list no change to this fact."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -14,11 +22,47 @@ class FactRow:
     fact: str
     values: tuple[str, str, str]
     """3.10-3.13, 4.0-4.2, 4.3."""
+    in_4_4: str = SAME_AS_4_3
+    """4.4 (the ``4.3+`` series of :mod:`~rabbitq._amqp.brokers`, which decides the same
+    for it): what changed, else :data:`SAME_AS_4_3`."""
     verified: str
     """What was verified on this project's RabbitMQ 3.10.8, and how ("no": nothing)."""
     docs: str
     """The RabbitMQ documentation or release notes the rest rests on."""
 
+
+ROWS_4_4: tuple[FactRow, ...] = (
+    FactRow(
+        fact="a quorum queue holding a message until a time (native delayed delivery)",
+        values=(
+            "no",
+            "no",
+            "only a returned message: `x-opt-delivery-time` with AMQP 1.0's `modified` "
+            "outcome (delayed retry)",
+        ),
+        in_4_4="yes: a message waits until its `x-opt-delivery-time` annotation (AMQP 1.0; "
+        "the `DELAYED_DELIVERY` connection capability); a dead-lettered message keeps it. "
+        "The documentation found names no AMQP 0-9-1 way to set it",
+        verified="no: no 4.4 runs here, and 3.10.8 has none. rabbitq sets no "
+        "`x-opt-delivery-time` (it publishes over AMQP 0-9-1), so its delays (the ladder), "
+        "retries (TTL queues) and dead letters are the same on 4.4",
+        docs='the `rabbitmq_delayed_message_exchange` README ("Starting with RabbitMQ 4.4, '
+        'quorum queues natively support message delivery delay"), "Quorum Queues" '
+        "(4.3, explicit delivery time), rabbitmq-server #17288 and #17326; not in the "
+        "4.4.0 release notes",
+    ),
+    FactRow(
+        fact="`x-amqp-1.0-*` headers and `x-basic-*` annotations (AMQP 1.0 sections "
+        "written by 3.13 and earlier)",
+        values=("written (AMQP 1.0 plugin) and read", "read, no longer written", "read"),
+        in_4_4="no longer parsed: converted like any other `x-` header",
+        verified="no (rabbitq writes no `x-` header and reads neither)",
+        docs="RabbitMQ 4.4.0 release notes (breaking changes)",
+    ),
+)
+"""What RabbitMQ 4.4 added or stopped (from its documentation: no 4.4 runs here);
+appended to :data:`rabbitq._amqp.brokers.FACT_ROWS`. The first row is what
+``BrokerFacts.native_delayed_delivery`` decides from."""
 
 PARTITION_ROWS: tuple[FactRow, ...] = (
     FactRow(

@@ -43,6 +43,7 @@ GROUP = "rabbitq-group"
 CALLBACK_OF = "rabbitq-callback-of"
 UNIQUE_KEY = "rabbitq-unique-key"  # publish(unique_for=): the key it holds (docs/control.md)
 DEBOUNCE_KEY = "rabbitq-debounce-key"  # publish(debounce=): its burst's key
+DEBOUNCE_EPOCH = "rabbitq-debounce-epoch"  # the key store's epoch at its publish (Redis)
 
 SEALED_TEXT = re.compile(r"enc:([A-Za-z0-9_.-]{1,32}):([A-Za-z0-9_-]+=*)")
 """An encrypted text inside a header value (an encrypted app's error, traceback, chain:

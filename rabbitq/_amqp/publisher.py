@@ -29,8 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import uuid
-from collections.abc import Awaitable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Any, Protocol
@@ -42,7 +41,6 @@ from aio_pika.abc import AbstractChannel, AbstractExchange, AbstractRobustConnec
 from ..errors import (
     BrokerUnavailable,
     ConfigurationError,
-    PartialPublish,
     PublishError,
     PublishInterrupted,
     Unroutable,
@@ -59,6 +57,7 @@ from .confirm import FAILURES, error_kind, retry_waits, send_confirmed, within
 from .connection import connect
 from .lanes import check_priority
 from .outgoing import Outgoing, PublishStep, compose, outgoing
+from .pipeline import key_function, pipelined
 from .topology import Topology, mismatch_from_error
 
 DEFAULT_WINDOW = 512
@@ -83,6 +82,7 @@ class PublishingApp(Protocol):
     def tracing(self) -> Tracing: ...
     @property
     def publish_steps(self) -> tuple[PublishStep, ...]: ...
+    loaded_as: str | None
 
 
 class Publisher:
@@ -354,6 +354,9 @@ class Publisher:
         except PublishError as exc:
             span.end(exc)
             self._hooks.publish_failed(self._app.exchange, type_name, error_kind(exc))
+            if isinstance(exc, Unroutable) and not delayed:  # say what to run first
+                hint = self._app.topology().unroutable(routing_key, self._app.loaded_as)
+                raise Unroutable(f"{exc}; {hint}") from exc
             raise
         except BaseException as exc:
             span.end(exc)
@@ -363,38 +366,34 @@ class Publisher:
         return out.message_id
 
     async def publish_many(
-        self, messages: Iterable[Message], *, window: int = DEFAULT_WINDOW
+        self,
+        messages: Iterable[Message],
+        *,
+        window: int = DEFAULT_WINDOW,
+        headers: Mapping[str, Any] | None = None,
+        delay: float | timedelta | None = None,
+        at: datetime | None = None,
+        priority: int = 0,
+        unique_for: float | None = None,
+        unique_key: Callable[[Any], str] | None = None,
     ) -> list[str]:
-        """Publish with pipelined confirms, ``window`` in flight at a time.
+        """Publish with pipelined confirms, ``window`` in flight at a time; ``headers``,
+        ``delay``, ``at`` and ``priority`` apply to every message, as in :meth:`publish`.
+        ``unique_for=S, unique_key=fn``: each message's key is ``fn(message)``, held as
+        :meth:`publish` holds it. No ``debounce``: a batch's messages of one key would
+        race to be the last (publish them one by one).
 
-        Returns the message ids in order. If any message is not confirmed, the others
-        are still awaited and :class:`~rabbitq.errors.PartialPublish` says which.
+        Returns the message ids in order (a unique key already held: the earlier
+        message's id). If any message is not confirmed, the others are still awaited
+        and :class:`~rabbitq.errors.PartialPublish` says which.
         """
-        confirmed_ids: list[str] = []
-        failed: list[tuple[str, PublishError]] = []
-        batch: list[Awaitable[str]] = []
-        ids: list[str] = []
+        keys = key_function(unique_for, unique_key)  # refused before anything is sent
 
-        async def drain() -> None:
-            results = await asyncio.gather(*batch, return_exceptions=True)
-            for mid, result in zip(ids, results, strict=True):
-                if isinstance(result, PublishError):
-                    failed.append((mid, result))
-                elif isinstance(result, BaseException):
-                    raise result
-                else:
-                    confirmed_ids.append(mid)
-            batch.clear()
-            ids.clear()
+        def send(message: Message, mid: str) -> Awaitable[str]:
+            key = None if keys is None else keys(message)
+            return self.publish(
+                message, message_id=mid, headers=headers, delay=delay, at=at,
+                priority=priority, unique_for=unique_for, unique_key=key,
+            )  # fmt: skip
 
-        for message in messages:
-            mid = uuid.uuid4().hex
-            ids.append(mid)
-            batch.append(self.publish(message, message_id=mid))
-            if len(batch) >= window:
-                await drain()
-        if batch:
-            await drain()
-        if failed:
-            raise PartialPublish(confirmed_ids, failed)
-        return confirmed_ids
+        return await pipelined(messages, send, window=window)

@@ -107,6 +107,22 @@ class Topology:
         others = self.partitioning.queues if self.partitioning is not None else ()
         return specs + [(q.name, q.kind) for q in others if (q.name, q.kind) not in specs]
 
+    def unroutable(self, routing_key: str, app_name: str | None) -> str:
+        """What to do about a publish with ``routing_key`` that the broker returned (no
+        queue bound): declare this app's queues first when it handles the key, else
+        run the app that does (``app_name``: the ``MODULE:APP`` of ``rabbitq topology``)."""
+        lanes = {key: name for name, key in self.lane_bindings}
+        queue = lanes.get(routing_key, self.main.name)
+        if routing_key in self.routing_keys or routing_key in lanes:
+            return (
+                f"queue {queue!r} is not declared yet: start a worker of this app or run "
+                f"'rabbitq topology {app_name or 'MODULE:APP'}' first"
+            )
+        return (
+            f"no handler of this app (queue {self.main.name!r}) takes {routing_key!r}: start "
+            "the worker of the app that handles it, or run 'rabbitq topology' for that app"
+        )
+
     def retry_queue(self, ms: int) -> QueueSpec:
         """The retry queue for a delay of ``ms`` milliseconds."""
         for spec in self.retries:

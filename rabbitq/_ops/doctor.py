@@ -17,14 +17,14 @@ from .._amqp.brokers import BrokerFacts, describe
 from .._amqp.topology import DLQ_DELIVERY_LIMIT, QueueSpec, Topology, delay_label
 from .._worker.consumer_args import consumer_arguments, enforced_timeout
 from .._worker.consumer_timeout import DEFAULT_CONSUMER_TIMEOUT, timeout_problems
-from . import doctor_ladder, doctor_partitions
+from . import doctor_ladder, doctor_partitions, doctor_stores
 from .doctor_drops import dlq_drops
 from .doctor_facts import LEVELS, Facts, Finding, Level, QueueState
 
 
 def diagnose(facts: Facts) -> list[Finding]:
     """Every finding, in the order: broker, queues, retry queues, timeouts, alarms,
-    policies."""
+    partitions, the delay ladder, the Redis stores, policies."""
     findings = _broker(facts)
     findings += _management(facts)
     findings += _queues(facts)
@@ -33,6 +33,7 @@ def diagnose(facts: Facts) -> list[Finding]:
     findings += _alarms(facts)
     findings += doctor_partitions.findings(facts)
     findings += doctor_ladder.findings(facts)
+    findings += doctor_stores.findings(facts)
     for spec in facts.topology.queues:
         state = facts.queues.get(spec.name)
         if state is not None and state.exists:

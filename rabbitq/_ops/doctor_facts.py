@@ -48,6 +48,19 @@ class QueueState:
 
 
 @dataclass(frozen=True, kw_only=True)
+class StoreFacts:
+    """What one Redis of the app's stores says of its persistence."""
+
+    where: str
+    """Its URL, without a password."""
+    appendonly: str | None = None
+    save: str | None = None
+    """``CONFIG GET appendonly`` and ``save``; None each: refused."""
+    error: str | None = None
+    """Why it could not be asked (None: it answered)."""
+
+
+@dataclass(frozen=True, kw_only=True)
 class Facts:
     """Everything doctor decides from. ``None`` means "could not be found out"."""
 
@@ -72,5 +85,7 @@ class Facts:
     delay_alternate_policy: bool = False
     """A policy gives ``rabbitq.delay.deliver`` an ``alternate-exchange`` (management API)."""
     vhost: str = "/"
+    stores: Sequence[StoreFacts] = ()
+    """The Redis servers the app keeps stores in (none: no Redis store)."""
     """``App(partitions=N)`` on a broker without the consistent-hash exchange: why."""
     """Active resource alarms, e.g. ``"memory alarm on rabbit@a"``; None: not known."""

@@ -29,10 +29,11 @@ from .._amqp.connection import connect_once
 from .._amqp.partitions import probe as probe_partitions
 from .._amqp.topology import mismatch_from_error
 from ..app import App
+from ..effects.location import RedisLocation
 from ..ladder.plan import ALTERNATE_EXCHANGE, DELIVER_EXCHANGE
 from ..ladder.probe import probe as probe_catch_all
 from ..settings import TLS, broker_urls, redact_url, scrub
-from .doctor_facts import Facts, QueueState
+from .doctor_facts import Facts, QueueState, StoreFacts
 
 MANAGEMENT_PORT = 15672
 TIMEOUT = 5.0
@@ -164,7 +165,43 @@ async def gather(
         delay_catch_all=catch_all,
         delay_alternate_policy=alternate_policy,
         vhost=management.vhost,
+        stores=[await _redis_facts(where) for where in redis_locations(app)],
     )
+
+
+def redis_locations(app: App) -> list[RedisLocation]:
+    """The Redis servers of ``app``'s stores (idempotency, status, cancellations, keys),
+    each once."""
+    stores: list[Any] = [app.idempotency]
+    if app.status_writer is not None:
+        stores.append(app.status_writer.store)
+    stores += [getattr(s, "store", None) for s in (*app.delivery_stages, *app.publish_steps)]
+    found: dict[str, RedisLocation] = {}
+    for store in stores:
+        where = getattr(store, "location", None)
+        if isinstance(where, RedisLocation):
+            found.setdefault(where.url, where)
+    return list(found.values())
+
+
+async def _redis_facts(where: RedisLocation) -> StoreFacts:
+    import redis.asyncio as aioredis
+    from redis.exceptions import RedisError
+
+    from ..effects.epoch import persistence
+
+    shown = redact_url(where.url)
+    client = aioredis.Redis.from_url(
+        where.url, socket_timeout=TIMEOUT, socket_connect_timeout=TIMEOUT,
+        client_name="rabbitq-doctor",
+    )  # fmt: skip
+    try:
+        appendonly, save = await persistence(client)
+    except (RedisError, OSError) as exc:
+        return StoreFacts(where=shown, error=scrub(str(exc), urlsplit(where.url).password))
+    finally:
+        await client.aclose()
+    return StoreFacts(where=shown, appendonly=appendonly, save=save)
 
 
 async def _listed(management: Management, ours: set[str], attempts: int = 8) -> list[Any]:

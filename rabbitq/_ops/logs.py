@@ -9,9 +9,11 @@ from __future__ import annotations
 import logging
 import sys
 from datetime import UTC, datetime
+from typing import Any
 
 import orjson
 
+from .._worker.consumer_timeout import ONCE
 from ..settings import scrub
 
 
@@ -52,6 +54,27 @@ class Redact(logging.Filter):
                 for secret in self.secrets:
                     trace = scrub(trace, secret)
                 record.exc_text = trace
+        return True
+
+
+class FirstProcessOnly(logging.Filter):
+    """Lets the records marked once per run (``extra={ONCE: True}``: what the start-up
+    says of the configuration) through in the first process of a run that logs one,
+    and drops them in the later ones: ``told`` (a ``multiprocessing`` Event) is shared
+    by the processes of a run, the workers ``--reload`` starts one after the other."""
+
+    def __init__(self, told: Any) -> None:
+        super().__init__()
+        self.told = told
+        self.first = False
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not getattr(record, ONCE, False) or self.first:
+            return True
+        if self.told.is_set():
+            return False
+        self.told.set()
+        self.first = True
         return True
 
 

@@ -8,7 +8,7 @@ is listed, with its meaning, in ``docs/metrics.md``.
 
 Each gauge names how it is combined across the processes of ``rabbitq worker
 --processes N`` (prometheus-client's multiprocess mode; ignored in one process):
-in-flight and prefetch add up, queue depths are the latest sample (every process
+in-flight, unacked and prefetch add up, queue depths are the latest sample (every process
 samples the same queues), connection and consuming are the minimum (1 only when
 every process is connected), the breaker is the maximum.
 """
@@ -26,6 +26,7 @@ from .._amqp.topology import QueueDepth, delay_label
 from ..hooks import REDECLARE_REASONS, UNKNOWN, Hooks
 from ..retry import EXHAUSTED, INVALID, PERMANENT, UNKNOWN_TYPE
 from .batch_series import BatchSeries
+from .load_series import LoadSeries
 from .ordering_series import OrderingSeries
 
 if TYPE_CHECKING:
@@ -56,7 +57,7 @@ def _version() -> str:
         return "0+unknown"
 
 
-class Metrics(BatchSeries, OrderingSeries, Hooks):
+class Metrics(LoadSeries, BatchSeries, OrderingSeries, Hooks):
     """Worker and publisher hooks that record Prometheus metrics.
 
     ``registry`` defaults to a new :class:`~prometheus_client.CollectorRegistry`
@@ -111,20 +112,6 @@ class Metrics(BatchSeries, OrderingSeries, Hooks):
             ["queue", "type"],
             buckets=DURATION_BUCKETS,
             registry=r,
-        )
-        self.messages_in_flight = Gauge(
-            "rabbitq_messages_in_flight",
-            "Handlers running now.",
-            ["queue"],
-            registry=r,
-            multiprocess_mode="livesum",
-        )
-        self.prefetch = Gauge(
-            "rabbitq_prefetch",
-            "Configured prefetch: handlers in flight at most.",
-            ["queue"],
-            registry=r,
-            multiprocess_mode="livesum",
         )
         self.limit_wait_seconds = Histogram(
             "rabbitq_limit_wait_seconds",
@@ -217,6 +204,7 @@ class Metrics(BatchSeries, OrderingSeries, Hooks):
             registry=r,
             multiprocess_mode="livesum",
         )
+        self._load_series(r)
         self._watch_series(r)
         self._batch_series(r)
         self._ordering_series(r)
@@ -236,7 +224,6 @@ class Metrics(BatchSeries, OrderingSeries, Hooks):
         self._received: dict[tuple[str, str], Counter] = {}
         self._processed_children: dict[tuple[str, str, str], Counter] = {}
         self._duration_children: dict[tuple[str, str], Histogram] = {}
-        self._in_flight_children: dict[str, Gauge] = {}
 
     def expect(self, app: App) -> None:
         """Start every series that ``app``'s worker can produce at zero.
@@ -270,7 +257,7 @@ class Metrics(BatchSeries, OrderingSeries, Hooks):
         self.messages_received.labels(queue, UNKNOWN)
         self.messages_processed.labels(queue, UNKNOWN, "dead_lettered")
         self.dead_letters.labels(queue, UNKNOWN, UNKNOWN_TYPE)
-        self.messages_in_flight.labels(queue)
+        self.expect_load(queue)
         self.circuit_open.labels(queue)
         self.consuming.labels(queue)
         self.held_gauge.labels(queue)
@@ -339,18 +326,6 @@ class Metrics(BatchSeries, OrderingSeries, Hooks):
         # is then not a label the worker vouched for
         self.messages_requeued.labels(queue, self._type(type_name)).inc()
 
-    def _in_flight(self, queue: str) -> Gauge:
-        child = self._in_flight_children.get(queue)
-        if child is None:
-            child = self._in_flight_children[queue] = self.messages_in_flight.labels(queue)
-        return child
-
-    def handler_started(self, queue: str) -> None:
-        self._in_flight(queue).inc()
-
-    def handler_finished(self, queue: str) -> None:
-        self._in_flight(queue).dec()
-
     def connection_changed(self, up: bool) -> None:
         if up and self._lost:
             self.reconnects.inc()
@@ -362,9 +337,6 @@ class Metrics(BatchSeries, OrderingSeries, Hooks):
     def consuming_changed(self, queue: str, consuming: bool) -> None:
         self._consuming_queues = {**self._consuming_queues, queue: consuming}
         self.consuming.labels(queue).set(1 if consuming else 0)
-
-    def prefetch_changed(self, queue: str, prefetch: int) -> None:
-        self.prefetch.labels(queue).set(prefetch)
 
     def breaker_changed(self, queue: str, state: str) -> None:
         self.circuit_open.labels(queue).set(1 if state == BREAKER_OPEN else 0)

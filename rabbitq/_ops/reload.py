@@ -21,6 +21,7 @@ from collections.abc import Iterable
 from multiprocessing.process import BaseProcess
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 import watchfiles
 
@@ -42,10 +43,12 @@ def app_directory(app_spec: str) -> Path:
     return Path(file).resolve().parent if file else Path.cwd()
 
 
-def _child(spec: WorkerSpec) -> None:
-    """The body of the worker process: one whole worker, as ``rabbitq worker`` runs it."""
+def _child(spec: WorkerSpec, told: Any) -> None:
+    """The body of the worker process: one whole worker, as ``rabbitq worker`` runs it;
+    what the first worker said of the configuration (``told`` set), the next do not."""
     os.setpgrp()  # a Ctrl-C in the terminal reaches the reloader only, which drains once
     logs.configure(level=spec.log_level, json=spec.log_json)
+    logging.getLogger("rabbitq.worker").addFilter(logs.FirstProcessOnly(told))
     try:
         run(spec)
     except Exception as exc:  # one line, as the CLI would say it
@@ -71,6 +74,7 @@ class Reloader:
         self._process: BaseProcess | None = None
         self._stop = threading.Event()
         self._reported_exit = False
+        self._told = self._ctx.Event()  # the workers' once-per-run lines are said
 
     def run(self) -> int:
         """Watch and restart until a signal; 0 when the last worker drained cleanly."""
@@ -102,7 +106,8 @@ class Reloader:
         self._stop.set()
 
     def _start(self) -> None:
-        process = self._ctx.Process(target=_child, args=(self.spec,), name="rabbitq-worker")
+        args = (self.spec, self._told)
+        process = self._ctx.Process(target=_child, args=args, name="rabbitq-worker")
         process.start()
         self._process, self._reported_exit = process, False
 

@@ -67,6 +67,7 @@ class WorkerSpec:
     loop: str = "auto"
     exit_if_stuck: bool = True
     schedules: bool = True  # run the app's schedules too (rabbitq.schedule)
+    start_wait: float | None = None  # retry the start this long (None: until stopped)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -115,6 +116,7 @@ def worker_for(
         "hooks": hooks,
         "tls": spec.tls,
         "consumer_timeout": spec.consumer_timeout,
+        "start_wait": spec.start_wait,
     }
     if app.partitions:
         return PartitionedWorker(app, home=home, **options)

@@ -6,7 +6,8 @@ wiring as a single ``rabbitq worker``; they compete for the same queue. The supe
 only starts, watches and stops them; it
 
 - checks the broker and declares the topology once, so that a bad URL or a changed
-  queue argument is one clear error before anything starts;
+  queue argument is one clear error before anything starts (a broker not up yet is
+  waited for, as a worker waits: rabbitq._amqp.start_retry);
 - starts the workers (``spawn``: a fresh interpreter each, no fork of a threaded
   process) and restarts one that dies, after a backoff that grows while it keeps dying;
 - serves ``/metrics`` summed over the workers through prometheus-client's
@@ -41,6 +42,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
 
 from .._amqp.connection import connect
+from .._amqp.start_retry import until_started
 from .._amqp.topology import Topology, declare
 from ..loader import load_app
 from ..settings import TLS
@@ -108,7 +110,7 @@ class Supervisor:
         status (0 when every worker drained cleanly)."""
         app = load_app(self.spec.app_spec)
         url = app.resolved_url(self.spec.url)
-        asyncio.run(_declare(app.topology(), url, self.spec.tls or app.tls))
+        asyncio.run(_declare(app.topology(), url, self.spec.tls or app.tls, self.spec.start_wait))
         previous = {
             sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT)
         }
@@ -301,9 +303,15 @@ def _environ(name: str, value: str) -> Iterator[None]:
             os.environ[name] = old
 
 
-async def _declare(topology: Topology, url: str, tls: TLS | None) -> None:
-    connection = await connect(url, name="rabbitq supervisor", tls=tls)
-    try:
-        await declare(await connection.channel(), topology)
-    finally:
-        await connection.close()
+async def _declare(topology: Topology, url: str, tls: TLS | None, wait: float | None) -> None:
+    """Declare the topology once, waiting for the broker as a worker does."""
+
+    async def once() -> None:
+        connection = await connect(url, name="rabbitq supervisor", tls=tls)
+        try:
+            await declare(await connection.channel(), topology)
+        finally:
+            with contextlib.suppress(Exception):
+                await connection.close()
+
+    await until_started(once, url=url, wait=wait)

@@ -25,6 +25,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("rabbitq.worker")
 
+ONCE = "rabbitq_once"
+"""The attribute of a log record said once per run: the restarts of ``--reload`` do not
+repeat it (:class:`rabbitq._ops.logs.FirstProcessOnly`)."""
+
 DEFAULT_CONSUMER_TIMEOUT = 1800.0
 """RabbitMQ's default ``consumer_timeout`` in seconds (30 minutes, since 3.8.17)."""
 
@@ -78,7 +82,12 @@ def check_timeouts(
     else:
         source = "as configured"
     if consumer_timeout:
-        log.info("broker consumer_timeout taken to be %gs (%s)", consumer_timeout, source)
+        log.info(
+            "broker consumer_timeout taken to be %gs (%s)",
+            consumer_timeout,
+            source,
+            extra={ONCE: True},
+        )
     problems = timeout_problems(handlers, consumer_timeout, held)
     for problem in problems:
         log.warning("%s", problem)

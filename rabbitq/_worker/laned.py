@@ -1,6 +1,7 @@
 """The worker of an app with priorities (``App(priorities=N)``, amqp.lanes): one
 :class:`~rabbitq._worker.lifecycle.Worker` per lane queue, in one process, sharing one
-:class:`~rabbitq._worker.lane_gate.LaneGate` of ``prefetch`` handler slots.
+:class:`~rabbitq._worker.lane_gate.LaneGate` of ``prefetch`` handler slots; it says
+its start-up once for every lane (:class:`StartLines`).
 
 Each lane's worker consumes its lane with twice the app's prefetch (so a lane's next
 deliveries are already here when a slot frees) and runs them through the gate, which
@@ -24,6 +25,7 @@ from .._amqp.lanes import lane_queue
 from ..app import App
 from ..errors import ConfigurationError
 from ..hooks import combine
+from ..settings import redact_url
 from .composite import Composite
 from .lane_gate import LaneGate, LaneStage
 from .lifecycle import Worker
@@ -32,6 +34,28 @@ log = logging.getLogger("rabbitq.worker")
 
 WAITING_ROOM = 2
 """A lane's broker prefetch, in handler slots (``prefetch``) of the whole worker."""
+
+
+class StartLines(logging.Filter):
+    """While the lanes start: a line that several lanes say alike (connecting, the
+    consumer_timeout taken, a handler's warning) once, and no lane's own "consuming"
+    line (its broker prefetch is the waiting room's, not the handler slots asked for):
+    :meth:`PriorityWorker.start` says one for every lane."""
+
+    def __init__(self, queues: list[str]) -> None:
+        super().__init__()
+        self.queues = set(queues)
+        self.said: set[tuple[int, str]] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args if isinstance(record.args, tuple) else ()
+        if str(record.msg).startswith("consuming %r on") and args and args[0] in self.queues:
+            return False
+        line = (record.levelno, record.getMessage())
+        if line in self.said:
+            return False
+        self.said.add(line)
+        return True
 
 
 def lane_view(app: App, level: int, gate: LaneGate) -> App:
@@ -73,13 +97,27 @@ class PriorityWorker(Composite):
     async def start(self) -> None:
         """Start every lane's worker at once (so that no lane takes every slot while
         another connects); if one cannot start, stop them all and raise its error."""
-        results = await asyncio.gather(*(w.start() for w in self.lanes), return_exceptions=True)
+        said = StartLines([w.app.queue for w in self.lanes])
+        log.addFilter(said)
+        try:
+            starts = (w.start() for w in self.lanes)
+            results = await asyncio.gather(*starts, return_exceptions=True)
+        finally:
+            log.removeFilter(said)
         self._started = [w for w, r in zip(self.lanes, results, strict=True) if r is None]
         errors = [r for r in results if isinstance(r, BaseException)]
         if errors:
             await self.shutdown()
             raise errors[0]
-        log.info("lanes of %r: %s", self.whole.queue, ", ".join(self.started))
+        log.info(
+            "consuming %r in %d lanes (%s) on %s (prefetch %d, shared by the lanes; types: %s)",
+            self.whole.queue,
+            len(self.lanes),
+            ", ".join(self.started),
+            redact_url(self.first.url),
+            self.gate.slots,
+            ", ".join(sorted(self.whole.handlers)),
+        )
 
     def health(self) -> str | None:
         """The first lane's reason not to be ready (named by its queue), or None."""

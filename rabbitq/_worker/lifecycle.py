@@ -25,6 +25,7 @@ from aio_pika.abc import AbstractRobustConnection
 from .._amqp import brokers, orphans
 from .._amqp.blocked import BlockedWatch
 from .._amqp.connection import connect
+from .._amqp.start_retry import until_started
 from .._amqp.topology import Topology, declare
 from ..app import App
 from ..crypto.codec import cipher_of
@@ -54,7 +55,7 @@ from .ordering import Ordering
 from .settle import REQUEUE_BACKOFF, Settler
 from .spans import trace_delivery
 from .stages import for_worker
-from .stopping import drain, run_until_stopped
+from .stopping import Unsettled, drain, run_until_stopped
 
 log = logging.getLogger("rabbitq.worker")
 
@@ -82,6 +83,7 @@ class Worker:
         tls: TLS | None = None,
         consumer_timeout: float | None = None,
         coalesce_acks: bool = True,
+        start_wait: float | None = None,
     ) -> None:
         if not app.handlers:
             raise ConfigurationError(f"{app!r} has no handlers: register one with @app.handler")
@@ -93,7 +95,7 @@ class Worker:
         if app.priorities > 1 and app.lane is None:  # one Worker per lane: worker.laned
             raise ConfigurationError("App(priorities=N) runs with PriorityWorker(app)")
         self.app = app
-        self.url = app.resolved_url(url)
+        self.url, self.start_wait = app.resolved_url(url), start_wait
         self.tls = tls or app.tls
         self.consumer_timeout = (  # the broker's ack timeout, if known (worker.consumer_timeout)
             Settings.from_env().consumer_timeout if consumer_timeout is None else consumer_timeout
@@ -141,7 +143,7 @@ class Worker:
         self._connection: AbstractRobustConnection | None = None
         self._coalesce_acks = coalesce_acks
         self._acker: Acker | None = None  # the acks of the current consume channel
-        self._tasks: set[asyncio.Task[None]] = set()  # every delivery not yet settled
+        self._tasks = Unsettled(self.hooks, self._queue_name)  # every delivery not yet settled
         self._handling: set[asyncio.Task[None]] = set()  # those still in their handler
         # Limited handlers wait for their turn without a handler slot (rabbitq.ratelimit).
         self.admission = Admission.for_app(app, prefetch=self.prefetch, hooks=self.hooks)
@@ -167,8 +169,18 @@ class Worker:
     # -- lifecycle ---------------------------------------------------------------
 
     async def start(self) -> None:
-        """Connect, declare the topology and start consuming."""
+        """Connect, declare, consume: all tried again while the broker is unreachable or goes
+        meanwhile, for ever or ``start_wait`` seconds (0: one try; start_retry)."""
         log.info("connecting to %s", redact_url(self.url))
+        await until_started(
+            self._start_once, url=self.url, wait=self.start_wait, clean_up=self._close_connection
+        )
+        self._watching = asyncio.create_task(self._blocked.run(lambda: self._connection))
+        types = ", ".join(sorted(self._handlers))
+        log.info("consuming %r on %s (prefetch %d, types: %s)",
+                 self._queue_name, redact_url(self.url), self.prefetch, types)
+
+    async def _start_once(self) -> None:
         self._connection = await connect(
             self.url, name=f"rabbitq worker {self._queue_name}", tls=self.tls
         )
@@ -177,26 +189,13 @@ class Worker:
         self.hooks.connection_changed(True)
         facts = brokers.log_broker(self._connection)  # then the partition's x-priority, if any
         self.consumer.arguments = {**consumer_args.at_start(self, facts), **self.consume_args}
-        try:
-            channel = await self.consumer.open(self._connection, self.admission.broker_prefetch)
-            self.hooks.prefetch_changed(self._queue_name, self.prefetch)
-            await self.keeper.open_copy_channel()
-            # Declared on the robust channel, so aio-pika re-declares it on reconnect.
-            await declare(channel, self.topology)
-            channel.close_callbacks.add(on_channel_closed)  # not before
-            await orphans.report(self._connection, self.topology, log, app_spec=self.app.loaded_as)
-            await self.consumer.start()
-        except BaseException:
-            await self._close_connection()
-            raise
-        self._watching = asyncio.create_task(self._blocked.run(lambda: self._connection))
-        log.info(
-            "consuming %r on %s (prefetch %d, types: %s)",
-            self._queue_name,
-            redact_url(self.url),
-            self.prefetch,
-            ", ".join(sorted(self._handlers)),
-        )
+        channel = await self.consumer.open(self._connection, self.admission.broker_prefetch)
+        self.hooks.prefetch_changed(self._queue_name, self.prefetch)
+        await self.keeper.open_copy_channel()
+        await declare(channel, self.topology)  # on the robust channel: again on reconnect
+        channel.close_callbacks.add(on_channel_closed)  # not before
+        await orphans.report(self._connection, self.topology, log, app_spec=self.app.loaded_as)
+        await self.consumer.start()
 
     @property
     def connection(self) -> AbstractRobustConnection | None:

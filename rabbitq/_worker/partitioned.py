@@ -37,6 +37,7 @@ from typing import Any
 
 from .._amqp import partitions
 from .._amqp.connection import connect_once
+from .._amqp.start_retry import until_started
 from .._amqp.topology import queue_depths
 from ..app import App
 from ..errors import ConfigurationError
@@ -111,12 +112,7 @@ class PartitionedWorker(Composite):
         """Check the broker has the consistent-hash exchange (on a connection of its own:
         without it the declare would close the worker's), then start the home partitions
         now, the stand-by ones a little later."""
-        probing = await connect_once(self.url, name="rabbitq worker (probe)", tls=self.tls)
-        try:
-            problem = await partitions.probe(probing)
-        finally:
-            with contextlib.suppress(Exception):
-                await probing.close()
+        problem = await until_started(self._probe, url=self.url, wait=self.first.start_wait)
         if problem is not None:
             raise ConfigurationError(problem)
         for index in self.home:
@@ -129,6 +125,14 @@ class PartitionedWorker(Composite):
             "partitions of %r: home %s, stand-by for the other %d",
             self.whole.queue, self.home, len(standby),
         )  # fmt: skip
+
+    async def _probe(self) -> str | None:
+        probing = await connect_once(self.url, name="rabbitq worker (probe)", tls=self.tls)
+        try:
+            return await partitions.probe(probing)
+        finally:
+            with contextlib.suppress(Exception):
+                await probing.close()
 
     async def _start(self, worker: Worker) -> None:
         await worker.start()

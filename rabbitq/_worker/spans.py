@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from .._amqp.properties import message_id_of
 from ..tracing.base import DeliverySpan, Tracing
-from .dispatch import Delivery
+from .delivery import Incoming
 
 
 def trace_delivery(
-    tracing: Tracing, delivery: Delivery, queue: str, type_name: str, attempt: int
+    tracing: Tracing, delivery: Incoming, queue: str, type_name: str, attempt: int
 ) -> DeliverySpan:
     """Start the span of ``delivery`` (its ``attempt``, read once by the worker)."""
     return tracing.deliver(
@@ -20,4 +20,6 @@ def trace_delivery(
         correlation_id=delivery.correlation_id,
         attempt=attempt,
         body_size=len(delivery.body),
+        exchange=delivery.exchange or "",
+        delivery_tag=delivery.delivery_tag,
     )

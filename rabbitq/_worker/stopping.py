@@ -1,5 +1,5 @@
 """Stopping: starting something that a stop request may overtake (a worker still
-connecting), and draining the deliveries in flight."""
+connecting), the deliveries a worker holds, and draining them."""
 
 from __future__ import annotations
 
@@ -9,7 +9,31 @@ import signal
 from collections.abc import Coroutine
 from typing import Any, Protocol
 
+from ..hooks import Hooks
+
 log = logging.getLogger("rabbitq.worker")
+
+
+class Unsettled(set[asyncio.Task[None]]):
+    """The tasks of ``queue``'s deliveries, from arrival until settled (acked, or
+    returned): what the drain waits for, and, counted, what RabbitMQ counts as unacked
+    for this worker. ``hooks`` hear each change of its size (``unacked_changed``:
+    ``rabbitq_messages_unacked``, which the autoscaling recipe adds to the ready
+    messages, since a busy fleet holds its work unacked)."""
+
+    def __init__(self, hooks: Hooks, queue: str) -> None:
+        super().__init__()
+        self._hooks = hooks
+        self._queue = queue
+
+    def add(self, task: asyncio.Task[None]) -> None:
+        super().add(task)
+        self._hooks.unacked_changed(self._queue, len(self))
+
+    def discard(self, task: object) -> None:
+        if task in self:
+            super().discard(task)
+            self._hooks.unacked_changed(self._queue, len(self))
 
 
 async def unless_stopped(work: Coroutine[Any, Any, None], stop: asyncio.Event) -> bool:

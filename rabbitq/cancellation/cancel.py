@@ -1,6 +1,13 @@
 """``app.cancel(message_id, ...)``: record the cancellations, then say per message what
 it was (from the app's status store, when it has one) and mark the pending ones
-``cancelled`` in it (I/O at the edge; the meaning is :func:`.model.report`)."""
+``cancelled`` in it (I/O at the edge; the meaning is :func:`.model.report`).
+
+A message published a moment ago has no status record yet: the publisher queues its
+``published`` record and writes it within its writer's interval. So the records this
+process queued are written first (a cancel right after a publish of the same app finds
+its message ``published``: ``stops_it``), and an id without any record is looked up
+once more :data:`RECHECK` seconds later (one published by another process), before it
+is reported ``unknown``."""
 
 from __future__ import annotations
 
@@ -12,10 +19,13 @@ from typing import Any
 from ..errors import ConfigurationError
 from ..status.lookup import message_status
 from ..status.model import CANCELLED, Record
-from .model import NO_STATUS, CancelReport, pending, report
+from .model import NO_STATUS, UNKNOWN, CancelReport, pending, report, with_durability
 from .stage import CancelStage
 
 READS = 8  # status reads in flight at once (a store's pool is small)
+RECHECK = 1.0
+"""Seconds before an id without a status record is looked up again: a publisher's
+status writer writes within its interval (0.2 s) and a round trip."""
 
 
 def can_cancel(app: Any) -> bool:
@@ -46,18 +56,38 @@ async def cancel(app: Any, message_ids: Sequence[str]) -> list[CancelReport]:
     if not ids or any(not mid for mid in ids):
         raise ValueError("cancel needs message ids (non-empty strings)")
     stage = stage_of(app)
-    await stage.store.add(list(dict.fromkeys(ids)))
-    writer = app.status_writer
     unique = list(dict.fromkeys(ids))
-    reads = asyncio.Semaphore(READS)
-    answers = await asyncio.gather(*(_report(writer, m, reads) for m in unique))
-    found = dict(zip(unique, answers, strict=True))
+    await stage.store.add(unique)
+    durable = await _durable(stage.store)
+    writer = app.status_writer
+    if writer is not None:  # this process's own records first: its publishes' included
+        await writer.flush(close=False)
+    found = await _reports(writer, unique)
+    unknown = [mid for mid in unique if found[mid].outcome == UNKNOWN]
+    if unknown:  # published elsewhere a moment ago: its record may be on its way
+        await asyncio.sleep(RECHECK)
+        found.update(await _reports(writer, unknown))
+    found = {mid: with_durability(r, durable) for mid, r in found.items()}
     if writer is not None:
         now = time.time()
         for mid in pending(found):
             writer.add(Record(mid, CANCELLED, now, None, {"requested": True}))
         await writer.flush()
     return [found[mid] for mid in ids]
+
+
+async def _durable(store: Any) -> bool | None:
+    try:
+        durable: bool | None = await store.durable()
+    except Exception:  # the cancellations are recorded; their durability is not known
+        return None
+    return durable
+
+
+async def _reports(writer: Any, message_ids: Sequence[str]) -> dict[str, CancelReport]:
+    reads = asyncio.Semaphore(READS)
+    answers = await asyncio.gather(*(_report(writer, m, reads) for m in message_ids))
+    return dict(zip(message_ids, answers, strict=True))
 
 
 async def _report(writer: Any, message_id: str, reads: asyncio.Semaphore) -> CancelReport:

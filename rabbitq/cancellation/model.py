@@ -10,7 +10,7 @@ whose ack was lost comes back, and must be acked unrun again.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -49,13 +49,18 @@ class CancelReport:
     ``already-cancelled``, ``unknown`` or ``no-status``), the ``state`` the status
     store had for it and since when (``at``), and ``text``: the one line the CLI prints.
     The cancellation is recorded whatever the outcome: a copy of the message that is
-    still on its way (a retry, a redelivery, a replay) is acked unrun too."""
+    still on its way (a retry, a redelivery, a replay) is acked unrun too.
+
+    ``durable``: whether the cancellation outlives a restart of its store (PostgreSQL;
+    Redis with ``appendonly yes``); False, a restart of that Redis loses it and the
+    message runs (the text says so); None, the store's settings could not be read."""
 
     message_id: str
     outcome: str
     text: str
     state: str | None = None
     at: datetime | None = None
+    durable: bool | None = None
 
     @property
     def stops_it(self) -> bool:
@@ -71,7 +76,19 @@ class CancelReport:
             "state": self.state,
             "at": None if self.at is None else self.at.isoformat(),
             "text": self.text,
+            "durable": self.durable,
         }
+
+
+NOT_DURABLE = "; not durable: its Redis keeps no AOF (appendonly no), a restart loses it"
+
+
+def with_durability(found: CancelReport, durable: bool | None) -> CancelReport:
+    """``found`` saying whether its cancellation outlives a restart of the store (pure):
+    the text warns when it does not, unless the cancel was too late anyway."""
+    late = found.outcome in (HANDLED, GONE)
+    text = found.text + NOT_DURABLE if durable is False and not late else found.text
+    return replace(found, durable=durable, text=text)
 
 
 def _when(at: datetime) -> str:

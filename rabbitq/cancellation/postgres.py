@@ -76,6 +76,10 @@ class PostgresCancels:
         except LINK_ERRORS as exc:
             raise StoreUnavailable(f"cannot record cancellations in {self!r}: {exc}") from exc
 
+    async def durable(self) -> bool:
+        """PostgreSQL keeps what it committed: a cancellation outlives a restart."""
+        return True
+
     async def which(self, message_ids: Sequence[str]) -> set[str]:
         try:
             lane = self._free.pop() if self._free else self._new_lane()

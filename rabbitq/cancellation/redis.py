@@ -2,7 +2,13 @@
 after :data:`~rabbitq.cancellation.model.KEEP`, beside the app's other Redis stores.
 
 A lookup is one ``MGET`` for every delivery of one event-loop turn (the stage batches
-them): one command and one round trip. Expiry is Redis's own: nothing to clean.
+them): one command and one round trip, which reads the store's epoch too
+(:mod:`rabbitq.effects.epoch`): a Redis that lost its data (restarted without
+persistence) is logged as a WARNING, with the time before which cancellations may be
+lost. Expiry is Redis's own: nothing to clean.
+
+A cancellation survives a Redis restart only with an AOF (``appendonly yes``):
+:meth:`RedisCancels.durable` says whether it has one (docs/control.md).
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ from collections.abc import Sequence
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
+from ..effects import epoch
 from ..effects.location import RedisLocation
 from ..effects.store import StoreUnavailable
 from ..settings import redact_url
@@ -31,6 +38,10 @@ class RedisCancels:
         self.keep_ms = int(keep * 1000)
         self._client: aioredis.Redis | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self.epoch_key = location.base + epoch.EPOCH_KEY
+        self.watch = epoch.EpochWatch(repr(self), "cancellations")
+        self._durable: bool | None = None
+        self._durable_known = False
 
     def __repr__(self) -> str:
         return f"RedisCancels({redact_url(self.location.url)!r}, key_prefix={self.prefix!r})"
@@ -52,19 +63,38 @@ class RedisCancels:
         at = str(round(time.time(), 3))
         try:
             pipe = self._redis().pipeline(transaction=False)
+            pipe.set(self.epoch_key, epoch.new_epoch(), nx=True)
+            pipe.get(self.epoch_key)
             for mid in message_ids:
                 pipe.set(self.prefix + mid, at, px=self.keep_ms)
-            await pipe.execute()
+            replies = await pipe.execute()
         except (RedisError, OSError) as exc:
             raise StoreUnavailable(f"cannot record cancellations in {self!r}: {exc}") from exc
+        self.watch.saw(epoch.text(replies[1]))
+
+    async def durable(self) -> bool | None:
+        """Whether a cancellation recorded here survives a restart of this Redis: an AOF
+        (``appendonly yes``); None when its settings cannot be read (read once)."""
+        if not self._durable_known:
+            try:
+                self._durable = epoch.durable(*await epoch.persistence(self._redis()))
+            except (RedisError, OSError) as exc:
+                raise StoreUnavailable(f"{self!r}: {exc}") from exc
+            self._durable_known = True
+        return self._durable
 
     async def which(self, message_ids: Sequence[str]) -> set[str]:
         if not message_ids:
             return set()
         try:
-            found = await self._redis().mget([self.prefix + mid for mid in message_ids])
+            keys = [self.epoch_key, *(self.prefix + mid for mid in message_ids)]
+            now, *found = await self._redis().mget(keys)
+            seen = epoch.text(now)
+            if seen is None:  # a new store, or one that lost its data: a new epoch
+                seen = await epoch.current(self._redis(), self.epoch_key)
         except (RedisError, OSError) as exc:
             raise StoreUnavailable(f"{self!r}: {exc}") from exc
+        self.watch.saw(seen)
         return {mid for mid, value in zip(message_ids, found, strict=True) if value is not None}
 
     async def close(self) -> None:

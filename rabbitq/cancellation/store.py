@@ -25,6 +25,9 @@ class CancelStore(Protocol):
     async def which(self, message_ids: Sequence[str]) -> set[str]:
         """Those of ``message_ids`` that were cancelled, in one round trip."""
 
+    async def durable(self) -> bool | None:
+        """Whether a cancellation outlives a restart of the store (None: not known)."""
+
     async def close(self) -> None:
         """Close the connections (opened again on next use)."""
 

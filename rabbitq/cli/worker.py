@@ -3,14 +3,12 @@ run it, in this process or under the supervisor of ``--processes N``."""
 
 from __future__ import annotations
 
-import asyncio
 import sys
 from pathlib import Path
 
 import click
 
 from .._ops import logs
-from .._ops.broker_wait import wait_for_broker
 from .._ops.endpoints import DEFAULT_BIND
 from .._ops.run import WorkerSpec, run
 from .._ops.supervisor import Supervisor
@@ -98,8 +96,8 @@ from .common import friendly_errors, tls_options, traceback_option, url_option
     "--wait-for-broker",
     type=click.FloatRange(min=0),
     metavar="SECONDS",
-    help="Retry the first connection for up to SECONDS instead of exiting at once "
-    "(a compose file without a restart policy) [default: do not wait].",
+    help="Give up starting after SECONDS without a broker (0: exit at once, for scripts) "
+    "[default: keep trying, logging each try, as a running worker reconnects].",
 )
 @url_option
 @tls_options
@@ -146,11 +144,12 @@ def worker(
         metrics_port=metrics_port,
         metrics_bind=metrics_bind,
         schedules=not no_schedules,
+        start_wait=wait_for_broker,
     )
     if reload and processes > 1:
         raise click.UsageError("--reload runs one worker process: drop --processes")
-    if reload or wait_for_broker is not None:  # development and compose conveniences
-        _before_start(spec, wait_for_broker, reload, reload_dirs)
+    if reload:  # development
+        _reload(spec, reload_dirs)
     if processes == 1:
         run(spec)  # on uvloop if it is installed
         return
@@ -164,18 +163,12 @@ def worker(
     sys.exit(Supervisor(spec, processes=processes).run())
 
 
-def _before_start(
-    spec: WorkerSpec, wait: float | None, reload: bool, reload_dirs: tuple[str, ...]
-) -> None:
-    """``--wait-for-broker``: wait for the broker; ``--reload``: run the worker under the
-    reloader until a signal, then exit (rabbitq._ops.broker_wait, rabbitq._ops.reload)."""
+def _reload(spec: WorkerSpec, reload_dirs: tuple[str, ...]) -> None:
+    """``--reload``: run the worker under the reloader until a signal, then exit
+    (rabbitq._ops.reload)."""
     app = load_app(spec.app_spec)
     url = app.resolved_url(spec.url)
     logs.configure(level=spec.log_level, json=spec.log_json, secrets=[url_password(url) or ""])
-    if wait is not None:
-        asyncio.run(wait_for_broker(url, seconds=wait, tls=spec.tls or app.tls))
-    if not reload:
-        return
     try:
         from .._ops import reload as reloading
     except ImportError as exc:

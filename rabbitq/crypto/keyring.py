@@ -96,14 +96,20 @@ class Keyring:
         """A ring from ``"k2=BASE64,k1=BASE64"``: the first key is current unless
         ``current`` names another (pure; :meth:`from_env` reads it from the environment)."""
         keys: dict[str, str] = {}
-        for part in text.replace("\n", ",").split(","):
-            if not part.strip():
-                continue
+        parts = text.strip().replace("\n", ",").split(",") if text.strip() else []
+        for n, part in enumerate(parts, 1):
+            if not part.strip():  # a template's missing key: the ring would lack it
+                raise ConfigurationError(
+                    f"entry {n} of the keys is empty: write 'ID=BASE64,ID=BASE64', "
+                    "without an empty entry (a key left out would not decrypt its messages)"
+                )
             key_id, sep, key = part.strip().partition("=")
             if not sep or not key_id.strip():
                 raise ConfigurationError(
                     "keys must be written 'ID=BASE64,ID=BASE64' (the first is current)"
                 )
+            if key_id.strip() in keys:
+                raise ConfigurationError(f"key id {key_id.strip()!r} is given twice")
             keys[key_id.strip()] = key
         if not keys:
             raise ConfigurationError("no keys given: write 'ID=BASE64,ID=BASE64'")

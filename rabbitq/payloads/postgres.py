@@ -76,6 +76,16 @@ class PostgresBlobs:
                 (ref.id, ref.size, data, sweep_after),
             )
 
+    async def renew(self, blob_id: str, sweep_after: datetime) -> None:
+        async with self.db.connection() as conn:
+            await conn.execute(
+                sql.SQL(
+                    "UPDATE {} SET sweep_after = GREATEST(sweep_after, %s)"
+                    " WHERE id = %s AND state = 'pending'"
+                ).format(self._t),
+                (sweep_after, blob_id),
+            )
+
     async def sent(self, blob_id: str) -> None:
         async with self.db.connection() as conn:
             await conn.execute(

@@ -71,6 +71,18 @@ class S3Blobs:
             Tagging=tags,
         )  # fmt: skip
 
+    async def renew(self, blob_id: str, sweep_after: datetime) -> None:
+        key = self.prefix + blob_id
+        tags = await self._tags(key)
+        if tags.get(STATE, "pending") != "pending":
+            return
+        until = max(int(sweep_after.timestamp()), int(float(tags.get(SWEEP_AFTER, "0"))))
+        await self._call(
+            self.client.put_object_tagging, Bucket=self.bucket, Key=key,
+            Tagging={"TagSet": [{"Key": STATE, "Value": "pending"},
+                                {"Key": SWEEP_AFTER, "Value": str(until)}]},
+        )  # fmt: skip
+
     async def sent(self, blob_id: str) -> None:
         await self._call(
             self.client.put_object_tagging, Bucket=self.bucket, Key=self.prefix + blob_id,

@@ -2,8 +2,10 @@
 store's ``above`` size travels as a reference (:mod:`.reference`), and the handler
 receives the full message as before.
 
-Publish: upload (pending), send, then mark it sent; a send that fails deletes the
-upload (best effort: the sweep deletes what a killed publisher left). Deliver: fetch
+Publish: upload (pending), send while holding the blob's lease (:mod:`.lease`: the
+sweep leaves it alone while the confirm is awaited), then mark it sent; a send that
+certainly stored nothing deletes the upload, one that may have stored the message keeps
+it (the sweep deletes what a killed publisher or an unknown outcome left). Deliver: fetch
 (a pending blob's message reached its queue: marked sent), check its digest, run the
 rest; when the rest acks the message (handled, a duplicate, cancelled, superseded), the
 blob is done: its data deleted, a tombstone kept. A retry, a dead letter or a requeue
@@ -21,6 +23,7 @@ from typing import Any
 from .._amqp.outgoing import Outgoing, SendNext, add_step
 from ..job import Job, Next, add_stage
 from ..outcome import REQUEUE, DeadLetter, Outcome, Retry
+from . import lease
 from .reference import new_ref, offloads, ref_of, sweep_after
 from .store import BlobStore
 
@@ -44,21 +47,38 @@ class Offload:
         body, ref = out.body, new_ref(out.body)
         orphan_after = getattr(self.store, "orphan_after", None)
         assert orphan_after is not None
-        when = sweep_after(datetime.now(UTC), out.delay, out.at, orphan_after)
-        await self.store.put(ref, body, when)
+
+        def until() -> datetime:  # the lease's end, from now
+            return sweep_after(datetime.now(UTC), out.delay, out.at, orphan_after)
+
+        await self.store.put(ref, body, until())
         out.body = b""
         out.headers.update(ref.headers())
+        holding = asyncio.create_task(lease.hold(self.store, ref.id, until, orphan_after))
         try:
             message_id = await call_next(out)
-        except BaseException:
+        except BaseException as exc:
+            await _release(holding)
             out.body = body
-            await asyncio.shield(_forget(self.store, ref.id))
+            if lease.never_stored(exc):
+                await asyncio.shield(_forget(self.store, ref.id))
+            else:  # it may be in a queue: kept orphan_after from now, then swept
+                await asyncio.shield(_quietly(self.store.renew(ref.id, until()), "keep", ref.id))
+                log.warning("large payload %s kept: its publish may have been stored (%s)",
+                            ref.id, exc)  # fmt: skip
             raise
+        await _release(holding)
         try:
             await self.store.sent(ref.id)
         except Exception as exc:  # sent anyway: the fetch marks it, well before a sweep
             log.warning("large payload %s sent, not marked sent yet: %s", ref.id, exc)
         return message_id
+
+
+async def _release(holding: asyncio.Task[None]) -> None:
+    """The publish ended: stop renewing (before the blob is marked sent or deleted)."""
+    holding.cancel()
+    await asyncio.gather(holding, return_exceptions=True)
 
 
 async def _forget(store: BlobStore, blob_id: str) -> None:

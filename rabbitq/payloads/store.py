@@ -5,8 +5,10 @@ to be in the broker), ``sent`` (its message was confirmed, or reached a worker),
 ``done`` (its message was handled: the data is gone, a tombstone stays for
 :data:`~rabbitq.payloads.reference.TOMBSTONE_FOR`, so that a redelivery whose ack was
 lost reads "handled", not "missing"). The sweep deletes pending blobs past their
-``sweep_after`` (orphans: the publisher died between upload and confirm) and expired
-tombstones. A DLQ purge deletes its messages' blobs outright.
+``sweep_after`` (orphans: the publisher died between upload and confirm, or its publish
+ended without one; a publisher waiting for the confirm keeps pushing ``sweep_after``
+forward: :mod:`rabbitq.payloads.lease`) and expired tombstones. A DLQ purge deletes its
+messages' blobs outright.
 """
 
 from __future__ import annotations
@@ -45,6 +47,11 @@ class BlobStore(Protocol):
 
     async def put(self, ref: BlobRef, data: bytes, sweep_after: datetime) -> None:
         """Store ``data`` as ``ref.id``, pending."""
+        ...
+
+    async def renew(self, blob_id: str, sweep_after: datetime) -> None:
+        """Its publish still waits for the broker's confirm: a pending blob is not swept
+        before ``sweep_after`` (never moved earlier; :mod:`rabbitq.payloads.lease`)."""
         ...
 
     async def sent(self, blob_id: str) -> None:

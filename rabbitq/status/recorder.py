@@ -267,6 +267,8 @@ class StatusTracing(Tracing):
         correlation_id: str | None,
         attempt: int,
         body_size: int,
+        exchange: str = "",
+        delivery_tag: int | None = None,
     ) -> DeliverySpan:
         inner = NO_DELIVERY
         if self.inner.enabled:
@@ -279,6 +281,8 @@ class StatusTracing(Tracing):
                 correlation_id=correlation_id,
                 attempt=attempt,
                 body_size=body_size,
+                exchange=exchange,
+                delivery_tag=delivery_tag,
             )
         detail = {"queue": queue, "type": type_name}
         workflow = workflow_of(headers)

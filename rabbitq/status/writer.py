@@ -172,10 +172,10 @@ class StatusWriter:
         for observer in self.observers:
             observer.status_records(outcome, count)
 
-    async def flush(self, timeout: float = FLUSH_TIMEOUT) -> None:
+    async def flush(self, timeout: float = FLUSH_TIMEOUT, *, close: bool = True) -> None:
         """Write what is queued now (at most ``timeout`` seconds; what is left is
-        counted as dropped), then close the store's connections. Writing starts again
-        with the next record."""
+        counted as dropped), then close the store's connections (unless not
+        ``close``: a reader follows). Writing starts again with the next record."""
         task = self._task
         if task is not None and self._loop is asyncio.get_running_loop():
             self._hurry = True
@@ -192,6 +192,8 @@ class StatusWriter:
             left = len(self._queue)
             self._queue.clear()
             self._lose(DROPPED, left, f"not written within {timeout:g}s at flush")
+        if not close:
+            return
         try:
             await self.store.close()
         except Exception as exc:

@@ -108,8 +108,12 @@ class Tracing:
         correlation_id: str | None,
         attempt: int,
         body_size: int,
+        exchange: str = "",
+        delivery_tag: int | None = None,
     ) -> DeliverySpan:
-        """A delivery arrived with ``headers``."""
+        """A delivery arrived from ``queue`` with ``headers``, published to ``exchange``
+        ("": the default exchange) with ``routing_key``; ``delivery_tag`` is its tag on
+        the worker's channel."""
         return NO_DELIVERY
 
     def purged(self, *, queue: str, message_id: str) -> None:

@@ -1,13 +1,20 @@
-"""OpenTelemetry spans for rabbitq, after the messaging semantic conventions for RabbitMQ.
+"""OpenTelemetry spans for rabbitq, after the messaging semantic conventions for RabbitMQ
+(semconv 1.44 by default; the older names on request: rabbitq.tracing.semconv).
 
-- ``publish <exchange>`` (kind PRODUCER) per publish, a child of the current span; it
-  writes W3C ``traceparent`` / ``tracestate`` into the message's headers.
-- ``process <queue>`` (kind CONSUMER) per delivery, from arrival to settlement, a child
-  of the context in the message's headers, so every attempt of a message (its retry
-  copies, DLQ copy and replays keep those headers) is in the publisher's trace. It
-  links to the span that sent this copy (``rabbitq-previous-span``: the failed
-  attempt, or the replay) and is the current span while the handler runs, so the
-  handler's own spans, logs and follow-up publishes belong to it.
+- ``send <exchange>:<routing key>`` (kind PRODUCER) per publish, a child of the current
+  span; it writes W3C ``traceparent`` / ``tracestate`` into the message's headers.
+- ``process <exchange>:<routing key>:<queue>`` (kind CONSUMER) per delivery, from
+  arrival to settlement, a child of the context in the message's headers, so every
+  attempt of a message (its retry copies, DLQ copy and replays keep those headers) is in
+  the publisher's trace. It links to the span that sent this copy
+  (``rabbitq-previous-span``: the failed attempt, or the replay) and is the current span
+  while the handler runs, so the handler's own spans, logs and follow-up publishes
+  belong to it.
+- ``ack <destination>`` / ``nack <destination>`` (kind CLIENT, operation type
+  ``settle``) as the delivery is settled, a child of its process span: ``ack`` once its
+  outcome is safe (handled, or its retry or DLQ copy confirmed), ``nack`` when it goes
+  back to its queue. Acks are coalesced: the span marks the ack handed on, not the
+  broker's receipt.
 - ``replay <queue>`` (kind PRODUCER) per replayed DLQ message, in the message's trace,
   linked to the attempt that dead-lettered it.
 - The retry decision is an event ``rabbitq.retry`` (tier, next attempt, deferred by
@@ -32,6 +39,8 @@ from opentelemetry.propagators.textmap import Getter, TextMapPropagator
 from opentelemetry.trace import Link, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
+from ..settings import semconv_opt_in
+from . import semconv
 from .base import PREVIOUS_SPAN, DeliverySpan, SendSpan, Tracing
 
 SYSTEM = "rabbitq"
@@ -81,16 +90,22 @@ def _previous_link(headers: Mapping[str, Any]) -> list[Link]:
 
 
 def _messaging(
-    operation: str, kind: str, destination: str, message_id: str, correlation_id: str | None
+    operation: str,
+    kind: str,
+    destination: str,
+    message_id: str,
+    correlation_id: str | None,
+    conventions: semconv.Conventions,
 ) -> dict[str, Any]:
     attributes: dict[str, Any] = {
         "messaging.system": "rabbitmq",
         "messaging.operation.name": operation,
         "messaging.operation.type": kind,
-        "messaging.operation": kind,  # the older convention's name, still widely read
         "messaging.destination.name": destination,
         "messaging.message.id": message_id,
     }
+    if conventions != semconv.CURRENT:
+        attributes["messaging.operation"] = kind  # the older convention's name
     if correlation_id:
         attributes["messaging.message.conversation_id"] = correlation_id
     return attributes
@@ -111,10 +126,11 @@ class _Send(SendSpan):
 
 
 class _Delivery(DeliverySpan):
-    __slots__ = ("span",)
+    __slots__ = ("settle", "span")
 
-    def __init__(self, span: trace.Span) -> None:
+    def __init__(self, span: trace.Span, settle: _Settle | None) -> None:
         self.span = span
+        self.settle = settle
 
     @contextlib.contextmanager
     def activate(self) -> Iterator[None]:
@@ -152,7 +168,35 @@ class _Delivery(DeliverySpan):
         if error:
             self.span.set_status(Status(StatusCode.ERROR, error))
             self.span.set_attribute("error.type", error.split(":", 1)[0])
+        if self.settle is not None:
+            self.settle.span(self.span, semconv.settle_operation(outcome))
         self.span.end()
+
+
+class _Settle:
+    """What the settle span of one delivery is made of (the current conventions):
+    ``destination`` as span names have it, ``attributes`` the delivery's messaging ones."""
+
+    __slots__ = ("attributes", "destination", "tracer")
+
+    def __init__(self, tracer: trace.Tracer, destination: str, attributes: dict[str, Any]):
+        self.tracer = tracer
+        self.destination = destination
+        self.attributes = attributes
+
+    def span(self, parent: trace.Span, operation: str) -> None:
+        """``ack <destination>`` or ``nack <destination>``, a child of ``parent``."""
+        attributes = {
+            **self.attributes,
+            "messaging.operation.name": operation,
+            "messaging.operation.type": "settle",
+        }
+        self.tracer.start_span(
+            f"{operation} {self.destination}",
+            context=trace.set_span_in_context(parent),
+            kind=SpanKind.CLIENT,
+            attributes=attributes,
+        ).end()
 
 
 class OpenTelemetry(Tracing):
@@ -160,6 +204,11 @@ class OpenTelemetry(Tracing):
 
     ``tracer_provider`` defaults to the global one; ``propagator`` to the global text
     map propagator (W3C trace context and baggage unless configured otherwise).
+    ``conventions``: ``"current"`` (semconv 1.44's names), ``"both"`` (those and the
+    older attributes that have no current counterpart) or ``"previous"`` (the spans of
+    rabbitq before: ``publish <exchange>``, ``process <queue>``, no settle span);
+    None (the default) reads ``$OTEL_SEMCONV_STABILITY_OPT_IN``: ``messaging/dup`` is
+    ``"both"``, anything else ``"current"`` (rabbitq.tracing.semconv).
     """
 
     enabled = True
@@ -169,9 +218,15 @@ class OpenTelemetry(Tracing):
         *,
         tracer_provider: trace.TracerProvider | None = None,
         propagator: TextMapPropagator | None = None,
+        conventions: semconv.Conventions | None = None,
     ) -> None:
         self.tracer = trace.get_tracer(SYSTEM, _version(), tracer_provider=tracer_provider)
         self._propagator = propagator
+        self.conventions: semconv.Conventions = (
+            semconv.from_opt_in(semconv_opt_in())
+            if conventions is None
+            else semconv.check(conventions)
+        )
 
     @property
     def propagator(self) -> TextMapPropagator:
@@ -189,13 +244,22 @@ class OpenTelemetry(Tracing):
         correlation_id: str | None,
         body_size: int,
     ) -> SendSpan:
-        attributes = _messaging("publish", "send", exchange, message_id, correlation_id)
-        attributes["messaging.rabbitmq.destination.routing_key"] = routing_key
+        if self.conventions == semconv.PREVIOUS:
+            operation, destination = "publish", exchange
+            name = f"publish {exchange or '(default)'}"
+        else:
+            operation = "send"
+            destination = semconv.send_destination(exchange, routing_key)
+            key = semconv.span_key(exchange, routing_key)
+            name = f"send {semconv.send_destination(exchange, key)}"
+        attributes = _messaging(
+            operation, "send", destination, message_id, correlation_id, self.conventions
+        )
+        if routing_key:
+            attributes["messaging.rabbitmq.destination.routing_key"] = routing_key
         attributes["messaging.message.body.size"] = body_size
         attributes["rabbitq.type"] = type_name
-        span = self.tracer.start_span(
-            f"publish {exchange or '(default)'}", kind=SpanKind.PRODUCER, attributes=attributes
-        )
+        span = self.tracer.start_span(name, kind=SpanKind.PRODUCER, attributes=attributes)
         self.propagator.inject(headers, context=trace.set_span_in_context(span))
         return _Send(span)
 
@@ -207,7 +271,12 @@ class OpenTelemetry(Tracing):
         message_id: str,
         correlation_id: str | None,
     ) -> SendSpan:
-        attributes = _messaging("replay", "send", queue, message_id, correlation_id)
+        # sent to the default exchange with the queue's name: destination ``queue``
+        attributes = _messaging(
+            "replay", "send", queue, message_id, correlation_id, self.conventions
+        )
+        if self.conventions != semconv.PREVIOUS:
+            attributes["messaging.rabbitmq.destination.routing_key"] = queue
         span = self.tracer.start_span(
             f"replay {queue}",
             context=self.propagator.extract(headers, getter=_GETTER),
@@ -231,17 +300,34 @@ class OpenTelemetry(Tracing):
         correlation_id: str | None,
         attempt: int,
         body_size: int,
+        exchange: str = "",
+        delivery_tag: int | None = None,
     ) -> DeliverySpan:
-        attributes = _messaging("process", "process", queue, message_id, correlation_id)
-        attributes["messaging.rabbitmq.destination.routing_key"] = routing_key
+        previous = self.conventions == semconv.PREVIOUS
+        destination = (
+            queue if previous else semconv.receive_destination(exchange, routing_key, queue)
+        )
+        attributes = _messaging(
+            "process", "process", destination, message_id, correlation_id, self.conventions
+        )
+        if routing_key:
+            attributes["messaging.rabbitmq.destination.routing_key"] = routing_key
+        name = destination
+        settle = None
+        if not previous:
+            if delivery_tag is not None:
+                attributes["messaging.rabbitmq.message.delivery_tag"] = delivery_tag
+            key = semconv.span_key(exchange, routing_key)
+            name = semconv.receive_destination(exchange, key, queue)
+            settle = _Settle(self.tracer, name, dict(attributes))
         attributes["messaging.message.body.size"] = body_size
         attributes["rabbitq.type"] = type_name
         attributes["rabbitq.attempt"] = attempt
         span = self.tracer.start_span(
-            f"process {queue}",
+            f"process {name}",
             context=self.propagator.extract(headers, getter=_GETTER),
             kind=SpanKind.CONSUMER,
             attributes=attributes,
             links=_previous_link(headers),
         )
-        return _Delivery(span)
+        return _Delivery(span, settle)

@@ -130,9 +130,10 @@ class PostgresKeys:
     async def release(self, key: str, message_id: str) -> None:
         await self._run(_RELEASE, k="u:" + key, m=message_id)
 
-    async def propose(self, key: str, message_id: str, lease: float) -> None:
+    async def propose(self, key: str, message_id: str, lease: float) -> str:
         keep = self.location.retention
         await self._run(_PROPOSE, k="d:" + key, m=message_id, lease=lease, s=keep)
+        return ""  # PostgreSQL keeps what it committed: no epoch to carry
 
     async def commit(self, key: str, message_id: str) -> None:
         await self._run(_COMMIT, k="d:" + key, m=message_id, s=self.location.retention)
@@ -140,7 +141,7 @@ class PostgresKeys:
     async def withdraw(self, key: str, message_id: str) -> None:
         await self._run(_WITHDRAW, k="d:" + key, m=message_id)
 
-    async def check(self, key: str, message_id: str) -> str:
+    async def check(self, key: str, message_id: str, published_in: str | None = None) -> str:
         rows = await self._run(_CHECK, k="d:" + key, m=message_id)
         latest, waiting = (rows[0][0], bool(rows[0][1])) if rows else (None, False)
         return decide(latest, waiting, message_id)

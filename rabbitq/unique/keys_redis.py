@@ -8,8 +8,12 @@ Redis, same key base).
   one with ``pu`` (Redis's clock, ms) the end of its publish's lease; it expires
   ``retention`` after its last publish. Every change and the delivery's check are one
   script each, on the server's clock.
+- ``<base>store-epoch``: the store's epoch (:mod:`rabbitq.effects.epoch`). A debounced
+  publish's ``propose`` answers it (written if absent) and the message carries it; a
+  delivery whose key has no record while the epoch is another one than its publish's
+  was lost with the store's data (restarted without persistence), not ended: it runs.
 
-Durable as Redis is: use AOF.
+Durable as Redis is: use AOF (docs/control.md).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 from redis.exceptions import ConnectionError, RedisError, TimeoutError
 
+from ..effects import epoch
 from ..effects.location import RedisLocation
 from ..effects.store import StoreUnavailable
 from ..settings import redact_url
@@ -50,13 +55,22 @@ _NOW = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 """
-# KEYS[1] the hash; ARGV: message id, lease ms, keep ms
+_EPOCH = """
+local e = redis.call('GET', KEYS[2])
+if not e then
+  redis.call('SET', KEYS[2], ARGV[#ARGV])
+  e = ARGV[#ARGV]
+end
+"""
+# KEYS[1] the hash, KEYS[2] the epoch; ARGV: message id, lease ms, keep ms, a fresh
+# epoch -> the store's epoch
 _PROPOSE = (
     _NOW
+    + _EPOCH
     + """
 redis.call('HSET', KEYS[1], 'p', ARGV[1], 'pu', now + tonumber(ARGV[2]))
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
-return 0
+return e
 """
 )
 # KEYS[1] the hash; ARGV: message id, keep ms
@@ -70,18 +84,25 @@ _WITHDRAW = """
 if redis.call('HGET', KEYS[1], 'p') == ARGV[1] then redis.call('HDEL', KEYS[1], 'p', 'pu') end
 return 0
 """
-# KEYS[1] the hash; ARGV: message id -> {latest or '', 1 if a newer one is pending}
+# KEYS[1] the hash, KEYS[2] the epoch; ARGV: message id, its publish's epoch ('' none),
+# a fresh epoch -> {latest or '', 1 if a newer one is pending, the store's epoch, 1 if
+# the record is gone with the store's data}
 _CHECK = (
     _NOW
+    + _EPOCH
     + """
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  if ARGV[2] ~= '' and ARGV[2] ~= e then return {'', 0, e, 1} end
+  return {'', 0, e, 0}
+end
 if redis.call('HGET', KEYS[1], 'p') == ARGV[1] then
   redis.call('HSET', KEYS[1], 'l', ARGV[1])
   redis.call('HDEL', KEYS[1], 'p', 'pu')
 end
 local l = redis.call('HGET', KEYS[1], 'l') or ''
 local pu = tonumber(redis.call('HGET', KEYS[1], 'pu') or '0')
-if pu > now then return {l, 1} end
-return {l, 0}
+if pu > now then return {l, 1, e, 0} end
+return {l, 0, e, 0}
 """
 )
 _FINISH = (
@@ -107,12 +128,14 @@ class RedisKeys:
         self._client: aioredis.Redis | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._scripts: dict[str, Any] = {}
+        self._epoch = location.base + epoch.EPOCH_KEY
+        self.watch = epoch.EpochWatch(repr(self), "debounce records")
 
     def __repr__(self) -> str:
         where = self.location
         return f"RedisKeys({redact_url(where.url)!r}, key_prefix={where.base!r})"
 
-    async def _call(self, script: str, key: str, *args: Any) -> Any:
+    async def _call(self, script: str, key: str | list[str], *args: Any) -> Any:
         loop = asyncio.get_running_loop()
         if self._client is None or self._loop is not loop:
             self._client = aioredis.Redis.from_url(
@@ -128,7 +151,8 @@ class RedisKeys:
             self._loop = loop
             self._scripts = {s: self._client.register_script(s) for s in _SCRIPTS}
         try:
-            return await self._scripts[script](keys=[key], args=list(args))
+            keys = [key] if isinstance(key, str) else key
+            return await self._scripts[script](keys=keys, args=list(args))
         except (RedisError, OSError) as exc:
             raise StoreUnavailable(f"{self!r}: {exc}") from exc
 
@@ -142,8 +166,12 @@ class RedisKeys:
     async def release(self, key: str, message_id: str) -> None:
         await self._call(_RELEASE, self._unique + key, message_id)
 
-    async def propose(self, key: str, message_id: str, lease: float) -> None:
-        await self._call(_PROPOSE, self._debounce + key, message_id, _ms(lease), self._keep_ms)
+    async def propose(self, key: str, message_id: str, lease: float) -> str:
+        keys = [self._debounce + key, self._epoch]
+        fresh = epoch.new_epoch()
+        now = _text(await self._call(_PROPOSE, keys, message_id, _ms(lease), self._keep_ms, fresh))
+        self.watch.saw(now)
+        return now
 
     async def commit(self, key: str, message_id: str) -> None:
         await self._call(_COMMIT, self._debounce + key, message_id, self._keep_ms)
@@ -151,9 +179,15 @@ class RedisKeys:
     async def withdraw(self, key: str, message_id: str) -> None:
         await self._call(_WITHDRAW, self._debounce + key, message_id)
 
-    async def check(self, key: str, message_id: str) -> str:
-        latest, waiting = await self._call(_CHECK, self._debounce + key, message_id)
-        return decide(_text(latest) or None, bool(int(waiting)), message_id)
+    async def check(self, key: str, message_id: str, published_in: str | None = None) -> str:
+        keys = [self._debounce + key, self._epoch]
+        latest, waiting, now, lost = await self._call(
+            _CHECK, keys, message_id, published_in or "", epoch.new_epoch()
+        )
+        if int(lost):  # the old epoch, then the new one: logged once per change
+            self.watch.saw(published_in)
+        self.watch.saw(_text(now))
+        return decide(_text(latest) or None, bool(int(waiting)), message_id, lost=bool(int(lost)))
 
     async def finish(self, key: str, message_id: str) -> None:
         await self._call(_FINISH, self._debounce + key, message_id)

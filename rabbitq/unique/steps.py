@@ -13,7 +13,9 @@ on. A key held by another message: nothing is sent, the holder's id is returned,
 into the delay ladder for ``debounce`` seconds, and once confirmed it is the key's
 latest. A failed send withdraws it. Written before the send, so a newer message can
 never be delivered before the store knows of it; a confirm not recorded (the store
-unreachable just then) is recorded by the worker when the message arrives.
+unreachable just then) is recorded by the worker when the message arrives. The message
+carries the key store's epoch (Redis; :mod:`rabbitq.effects.epoch`): a worker that finds
+its key's record gone under another epoch runs it rather than supersede it.
 """
 
 from __future__ import annotations
@@ -123,7 +125,9 @@ class DebounceStep:
         ladder.due_in(delay=wait)  # within the ladder, checked before the store is
         out.delay = wait
         out.headers[h.DEBOUNCE_KEY] = key
-        await self.store.propose(key, mid, PENDING_LEASE)
+        published_in = await self.store.propose(key, mid, PENDING_LEASE)
+        if published_in:  # the store's epoch: its record lost, not ended, if it changes
+            out.headers[h.DEBOUNCE_EPOCH] = published_in
         try:
             sent = await call_next(out)
         except BaseException:

@@ -35,8 +35,10 @@ class KeyStore(Protocol):
     async def release(self, key: str, message_id: str) -> None:
         """Free ``key`` if ``message_id`` holds it."""
 
-    async def propose(self, key: str, message_id: str, lease: float) -> None:
-        """Debounce: ``message_id`` is on its way as the key's ``pending`` one."""
+    async def propose(self, key: str, message_id: str, lease: float) -> str:
+        """Debounce: ``message_id`` is on its way as the key's ``pending`` one. Returns
+        the store's epoch for the message to carry (``""``: a store without one,
+        PostgreSQL; :mod:`rabbitq.effects.epoch`)."""
 
     async def commit(self, key: str, message_id: str) -> None:
         """Debounce: ``message_id`` was confirmed: the key's ``latest`` (and no longer
@@ -45,9 +47,11 @@ class KeyStore(Protocol):
     async def withdraw(self, key: str, message_id: str) -> None:
         """Debounce: ``message_id``'s publish failed: no longer pending."""
 
-    async def check(self, key: str, message_id: str) -> str:
+    async def check(self, key: str, message_id: str, published_in: str | None = None) -> str:
         """Debounce, as ``message_id`` is delivered: :data:`RUN`, :data:`SUPERSEDED` or
-        :data:`WAIT` (:func:`decide`); a delivered pending one becomes the latest."""
+        :data:`WAIT` (:func:`decide`); a delivered pending one becomes the latest.
+        ``published_in``: the epoch its publish was given; the key's record gone and the
+        store's epoch another one, the record was lost with the store's data: RUN."""
 
     async def finish(self, key: str, message_id: str) -> None:
         """Debounce: ``message_id`` ran (or left for good): the key's burst ends, if it
@@ -57,11 +61,15 @@ class KeyStore(Protocol):
         """Close the connections (opened again on next use)."""
 
 
-def decide(latest: str | None, waiting: bool, message_id: str) -> str:
+def decide(latest: str | None, waiting: bool, message_id: str, *, lost: bool = False) -> str:
     """A debounced delivery's fate (pure): ``latest`` is the key's latest message (after
     a delivered pending one was made the latest), ``waiting`` whether a newer publish of
     the key is on its way. The latest runs, unless a newer one may still come (then it
-    looks again: that publish may fail); any other is superseded, one already run too."""
+    looks again: that publish may fail); any other is superseded, one already run too.
+    ``lost``: the key's record was lost with the store's data: it runs (fail safe: a
+    stale payload may run, the last one must)."""
+    if lost:
+        return RUN
     if latest != message_id:
         return SUPERSEDED
     return WAIT if waiting else RUN

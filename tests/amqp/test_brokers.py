@@ -169,3 +169,32 @@ def test_the_docs_table_of_broker_facts_is_generated_from_the_module():
     spec.loader.exec_module(script)
     docs = (root / "docs/reliability.md").read_text()
     assert script.render_broker_facts() in docs, "run scripts/reliability.py --broker-facts"
+
+
+# -- RabbitMQ 4.4, from its documentation (no 4.4 broker runs here) -------------------
+
+
+def test_4_4_quorum_queues_delay_natively_and_4_3_do_not():
+    new, old = facts_for(BrokerVersion(4, 4, 1)), facts_for(BrokerVersion(4, 3, 2))
+    assert new.native_delayed_delivery and not old.native_delayed_delivery
+    assert not facts_for(None).native_delayed_delivery
+    assert new.series == "4.3+" and not new.measured  # decides as 4.3 does otherwise
+    assert new.default_delivery_limit == 20 and "0-31" in new.quorum_priorities
+
+
+def test_4_4_is_known_and_described_with_its_delay_that_rabbitq_does_not_use():
+    lines = describe(facts_for(BrokerVersion(4, 4, 0)))
+    assert any("x-opt-delivery-time" in line and "do not use it" in line for line in lines)
+    assert not any("assuming" in line for line in lines)
+    assert not any("x-opt-delivery-time" in line for line in describe(facts_for(None)))
+
+
+def test_every_row_has_a_4_4_value_and_the_changed_ones_say_what_changed():
+    from rabbitq._amqp.brokers import FACT_ROWS
+    from rabbitq._amqp.fact_rows import COLUMNS, SAME_AS_4_3
+
+    assert COLUMNS[-1] == "4.4" and len(COLUMNS) == len(FACT_ROWS[0].values) + 1
+    changed = {row.fact: row.in_4_4 for row in FACT_ROWS if row.in_4_4 != SAME_AS_4_3}
+    delay = next(value for fact, value in changed.items() if "native delayed" in fact)
+    assert "x-opt-delivery-time" in delay and "AMQP 1.0" in delay
+    assert all(row.in_4_4 for row in FACT_ROWS)

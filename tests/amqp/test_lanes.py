@@ -169,3 +169,14 @@ def test_rabbitq_topology_dry_run_shows_every_lane_and_its_bindings(tmp_path, mo
     assert {("main", "emails.prio.1"), ("main", "emails.prio.2")} <= names
     assert ("binding", "rabbitq -> emails.prio.2") in names
     assert ("binding", "rabbitq.delay.deliver -> emails.prio.2") in names
+
+
+def test_an_unroutable_priority_publish_names_its_lane_queue() -> None:
+    app = App(queue="emails", priorities=3)
+
+    @app.handler(Mail)
+    async def handle(msg: Mail) -> None:
+        pass
+
+    said = app.topology().unroutable(f"{Mail.type_name()}.prio.2", None)
+    assert said.startswith("queue 'emails.prio.2' is not declared yet")

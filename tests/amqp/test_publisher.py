@@ -8,6 +8,7 @@ import pytest
 
 from rabbitq import App, ConfigurationError
 from rabbitq._amqp.confirm import RETRY_MAX_WAIT, retry_waits
+from rabbitq._amqp.pipeline import key_function
 
 
 def test_retry_waits_double_from_a_tenth_of_a_second_up_to_a_cap():
@@ -23,3 +24,13 @@ def test_retry_for_must_be_positive_seconds(bad):
 
 def test_retry_for_none_means_fail_at_once():
     assert App(queue="unit-publisher").publisher()._retry_for is None
+
+
+def test_publish_many_s_unique_key_is_a_function_given_with_unique_for() -> None:
+    def key(msg: object) -> str:
+        return "k"
+
+    assert key_function(None, None) is None and key_function(60, key) is key
+    for unique_for, unique_key in ((60, None), (None, key), (60, "one-for-all"), (60, 3)):
+        with pytest.raises(ConfigurationError, match="unique_key"):
+            key_function(unique_for, unique_key)  # type: ignore[arg-type]

@@ -348,3 +348,15 @@ def test_a_changed_delivery_limit_is_not_taken_for_a_type_change():
     )
     text = str(mismatch_from_error(error))
     assert "'x-delivery-limit'" in text and "exists as a" not in text
+
+
+def test_an_unroutable_publish_of_the_app_s_own_type_says_to_declare_its_queue_first() -> None:
+    top = plan(queue="emails", exchange="x", delays_ms=[], routing_keys=["email.send"])
+    assert top.unroutable("email.send", None) == (
+        "queue 'emails' is not declared yet: start a worker of this app or run "
+        "'rabbitq topology MODULE:APP' first"
+    )
+    assert "'rabbitq topology svc:app' first" in top.unroutable("email.send", "svc:app")
+    assert top.unroutable("other.type", None).startswith(
+        "no handler of this app (queue 'emails') takes 'other.type'"
+    )

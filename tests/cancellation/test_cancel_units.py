@@ -40,6 +40,9 @@ class FakeStore:
             raise StoreUnavailable("down")
         return self.ids & set(message_ids)
 
+    async def durable(self) -> bool | None:
+        return False
+
     async def close(self) -> None:
         pass
 
@@ -172,3 +175,20 @@ async def test_cancel_reports_per_id_without_status() -> None:
 
 def test_a_retry_of_the_hold_uses_the_ladder() -> None:
     assert Retry(5000, 1, deferred=True, ladder=True).label == "ladder"
+
+
+def test_a_report_says_when_its_cancellation_does_not_outlive_a_restart() -> None:
+    pending = model.report("m", status("published"), has_status=True)
+    late = model.report("m", status("published", "succeeded"), has_status=True)
+    assert model.with_durability(pending, True).text == pending.text
+    lost = model.with_durability(pending, False)
+    assert lost.durable is False and lost.text == pending.text + model.NOT_DURABLE
+    assert lost.to_json()["durable"] is False and lost.stops_it
+    assert model.with_durability(late, False).text == late.text  # too late anyway
+    assert model.with_durability(pending, None).durable is None
+
+
+async def test_every_report_carries_the_stores_durability() -> None:
+    store, ran = FakeStore(), []
+    reports = await app_with(store, ran).cancel("a", "b")
+    assert [r.durable for r in reports] == [False, False]

@@ -27,6 +27,7 @@ import redis.asyncio as aioredis
 from rabbitq import App
 
 from ..effects.conftest import REDIS_URL, drop_tables
+from ..failure_kinds import SettleTimeout
 from ..helpers import declare_topology, delete_app_objects, spawn_logged, unexpected_exits
 from .claim_service import BATCH, Item
 
@@ -54,7 +55,8 @@ async def wait_for(condition: Any, deadline: float, what: str, procs: list[Any])
     while not condition():
         exits = unexpected_exits(procs)
         assert not exits, exits
-        assert loop.time() < end, f"{what}: not within {deadline:g} s"
+        if loop.time() >= end:
+            raise SettleTimeout(what, deadline)
         await asyncio.sleep(0.05)
 
 

@@ -29,6 +29,7 @@ import pytest
 from rabbitq.unique.release import key_release
 from tests.chaos.debounce_service import PG_URL, Digest, build_app
 from tests.effects.conftest import drop_tables
+from tests.failure_kinds import SettleTimeout
 from tests.helpers import declare_topology, delete_app_objects, redis_key_prefix, spawn_logged
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
@@ -97,7 +98,8 @@ async def _run(kind: str, prefix: str, broker_url: str, connection, tmp_path: Pa
             done = {ln[2] for ln in entries if ln[0] == "done"}
             if set(last.values()) <= done:
                 break
-            assert loop.time() < deadline, f"never done: {set(last.values()) - done}"
+            if loop.time() >= deadline:
+                raise SettleTimeout(f"the bursts' last messages: {set(last.values()) - done}", 180)
             await asyncio.sleep(0.3)
             busy = Counter(ln[1] for ln in entries if ln[0] == "start")
             busy.subtract(Counter(ln[1] for ln in entries if ln[0] == "done"))

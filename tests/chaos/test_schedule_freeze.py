@@ -29,6 +29,7 @@ import pytest
 
 from rabbitq import App
 
+from ..failure_kinds import SettleTimeout
 from ..helpers import assert_running, delete_app_objects
 from .test_schedule_ticks import LEADING, Proc
 
@@ -43,7 +44,8 @@ async def wait_until(condition, deadline: float, what: str, procs: list[Proc]) -
     while not condition():
         for p in procs:
             assert_running(p.proc, p.log, "a schedule worker")
-        assert time.monotonic() - start < deadline, f"{what}: not within {deadline:g} s"
+        if time.monotonic() - start >= deadline:
+            raise SettleTimeout(what, deadline)
         await asyncio.sleep(0.05)
     return time.monotonic() - start
 

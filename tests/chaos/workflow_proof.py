@@ -48,6 +48,7 @@ from tests.chaos.workflow_service import (
     build_app,
     finish_table,
 )
+from tests.failure_kinds import SettleTimeout
 from tests.helpers import (
     declare_topology,
     delete_app_objects,
@@ -244,7 +245,7 @@ class Proof:
             quiet = quiet + 1 if ready and depth == 0 else 0
             if quiet >= 6:
                 return
-        raise AssertionError(f"not settled within {timeout:g}s\n{self.died()}".strip())
+        raise SettleTimeout(f"the workflows to settle\n{self.died()}".strip(), timeout)
 
     async def figures(self) -> Figures:
         channel = await self._conn.channel()

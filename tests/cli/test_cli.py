@@ -289,8 +289,8 @@ def test_publish_with_an_impossible_delay_or_time_fails_before_connecting(args, 
 @pytest.mark.parametrize(
     "args",
     [
-        ["worker", APP],
-        ["worker", APP, "--processes", "2"],
+        ["worker", APP, "--wait-for-broker", "0"],  # (without: it waits)
+        ["worker", APP, "--processes", "2", "--wait-for-broker", "0"],
         ["publish", APP, "unit.cli.signup", '{"email": "a@b.c", "age": 3}'],
         ["publish", APP, "unit.cli.audit", '{"action": "login"}'],
         ["topology", APP],

@@ -134,6 +134,8 @@ async def test_reload_restarts_the_worker_on_an_edit_and_the_new_handler_handles
         assert await worker.stop() == 0
     assert (cwd / "handled.txt").read_text() == "v1 1\nv2 2\n"
     assert sum("restarting the worker" in line for line in worker.lines) == 1
+    # what the start-up says of the configuration is said once, not after each restart
+    assert sum("consumer_timeout taken to be" in line for line in worker.lines) == 1
     assert "SIGTERM received: stopping the worker" in "".join(worker.lines)
 
 
@@ -165,7 +167,7 @@ async def test_a_worker_started_before_its_broker_waits_for_it_and_then_consumes
     proxy = await TcpProxy(BROKER).start()
     proxy.refuse()  # nothing listens on its port yet
     try:
-        async with Worker(cwd, "service:app", "--wait-for-broker", "120", url=proxy.url) as w:
+        async with Worker(cwd, "service:app", url=proxy.url) as w:  # waits by default
             await w.wait_for_line("waiting for RabbitMQ at amqp://guest:***@127.0.0.1:")
             await proxy.start()  # the broker is up
             await w.wait_for_line("answers after")

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from rabbitq import App, RetryPolicy
+from tests.failure_kinds import SettleTimeout
 from tests.helpers import delete_app_objects, run_cli
 
 pytestmark = pytest.mark.services
@@ -89,7 +90,8 @@ def wait_for(path: Path, text: str, proc: subprocess.Popen[bytes], timeout: floa
     deadline = time.monotonic() + timeout
     while text not in path.read_text():
         assert proc.poll() is None, f"the worker ended: {path.read_text()}"
-        assert time.monotonic() < deadline, f"no {text!r} within {timeout}s: {path.read_text()}"
+        if time.monotonic() >= deadline:
+            raise SettleTimeout(f"{text!r} in the log: {path.read_text()}", timeout)
         time.sleep(0.1)
 
 

@@ -20,6 +20,7 @@ from rabbitq.console.security import Guard
 from rabbitq.console.state import Config, State
 from rabbitq.console.targets import from_app
 
+from ..failure_kinds import SettleTimeout
 from .broker import declare_app, delete_app
 
 TOKEN = "test-token-0123456789"
@@ -114,7 +115,8 @@ def wait_job(client: TestClient, location: str, timeout: float = 30) -> str:
         page = client.get(location).text
         if 'data-job-state="running"' not in page:
             return page
-        assert time.monotonic() < deadline, "job did not finish"
+        if time.monotonic() >= deadline:
+            raise SettleTimeout(f"the job at {location} to finish", timeout)
         time.sleep(0.1)
 
 

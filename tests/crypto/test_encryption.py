@@ -288,3 +288,25 @@ def test_grep_reads_an_encrypted_error_as_its_type_and_key_never_its_bytes():
     assert Filters.build(grep="ValueError: encrypted \\(key k2\\)").matches(m)  # type: ignore[arg-type]
     assert not Filters.build(grep=token[:8]).matches(m)  # type: ignore[arg-type]
     assert not Filters.build(grep=MARKER).matches(m)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        (f"k2={K2},,k1={K1}", "entry 2 of the keys is empty"),
+        (f"k2={K2}, ", "entry 2 of the keys is empty"),
+        (f"k2={K2},k1=", "key 'k1' has 0 bytes"),
+        (f"k2={K2},k2={K1}", "key id 'k2' is given twice"),
+        (" \n", "no keys given"),
+    ],
+    ids=["empty between", "empty at the end", "empty key", "id twice", "none"],
+)
+def test_an_empty_or_repeated_entry_of_the_keys_is_refused_in_one_line(text, says):
+    with pytest.raises(ConfigurationError, match=says) as caught:
+        Keyring.parse(text)
+    assert "\n" not in str(caught.value)
+
+
+def test_newlines_around_the_keys_are_no_entry(monkeypatch):
+    monkeypatch.setenv("RABBITQ_KEYS", f"\nk2={K2}\nk1={K1}\n")
+    assert Keyring.from_env().ids == ("k2", "k1")

@@ -24,6 +24,7 @@ import redis.asyncio as aioredis
 from rabbitq import App
 from rabbitq.effects.redisstore import CLIENT_NAME
 
+from ..failure_kinds import SettleTimeout
 from ..helpers import (
     declare_topology,
     delete_app_objects,
@@ -281,7 +282,7 @@ class OnceRun:
             quiet = quiet + 1 if depth == 0 and done else 0
             if quiet >= 8:  # 4 s with nothing waiting: leases held by the dead have expired
                 return
-        raise AssertionError(f"not settled within {timeout}s\n{self.died()}".strip())
+        raise SettleTimeout(f"the effects to settle\n{self.died()}".strip(), timeout)
 
     async def stop(self) -> None:
         for proc in self.alive():

@@ -240,3 +240,38 @@ def test_dead_letters_a_retry_queue_holds_but_does_not_hand_on_are_a_danger():
 def test_the_dlq_limit_rabbitq_declares_is_no_danger_on_3_10_or_4_x():
     for version in ("3.10.8", "4.1.0", "4.3.0"):
         assert "danger" not in levels(diagnose(facts(version=version)), "broker"), version
+
+
+def test_a_redis_store_without_persistence_is_a_warning_with_its_fix():
+    from rabbitq._ops.doctor_facts import StoreFacts
+
+    def said(**store):
+        found = [x for x in diagnose(facts(stores=[StoreFacts(where="redis://r/0", **store)]))
+                 if x.topic == "stores"]  # fmt: skip
+        assert len(found) == 1
+        return found[0]
+
+    bare = said(appendonly="no", save="")
+    assert bare.level == "warning" and "keeps no persistence" in bare.message
+    assert "appendonly yes" in (bare.fix or "")
+    assert said(appendonly="no", save="3600 1").level == "warning"  # RDB only
+    assert "RDB snapshots only" in said(appendonly="no", save="3600 1").message
+    assert said(appendonly="yes", save="").level == "info"
+    assert said(appendonly=None, save=None).level == "info"  # CONFIG refused: look yourself
+    assert said(error="refused").level == "warning"
+    assert [x for x in diagnose(facts()) if x.topic == "stores"] == []  # no Redis store
+
+
+async def test_doctor_reads_the_persistence_of_the_apps_redis():
+    from rabbitq._ops.doctor_probe import _redis_facts, redis_locations
+    from rabbitq.backends import RedisBackend
+    from tests.redis_node import RedisNode
+
+    for persist in (False, True):
+        with RedisNode.started(persist=persist) as node:
+            app = App(queue="orders", backend=RedisBackend(node.url), cancellable=True)
+            (where,) = redis_locations(app)
+            found = await _redis_facts(where)
+        assert found.appendonly == ("yes" if persist else "no") and found.error is None
+    down = await _redis_facts(where)  # stopped: it does not answer
+    assert down.error is not None

@@ -40,10 +40,27 @@ def test_an_older_deliver_exchange_gets_the_policy_that_adds_its_alternate_excha
     assert doctor_ladder.findings(facts(CatchAll(has_argument=False, held=0), policy=True)) == []
 
 
-def test_messages_in_the_catch_all_are_counted_with_how_to_read_and_replay_them():
-    [found] = doctor_ladder.findings(facts(CatchAll(has_argument=True, held=7)))
-    assert found.level == "warning" and f"{UNDELIVERABLE} holds 7 delayed" in found.message
-    assert found.fix is not None and f"rabbitq dlq replay {UNDELIVERABLE} --to" in found.fix
+def test_the_app_s_messages_in_the_catch_all_are_a_warning_with_their_replay():
+    held = CatchAll(has_argument=True, held=7, by_queue={"emails": 3, "emails.prio.2": 1})
+    app = App(queue="emails", priorities=3)
+    lanes = Facts(broker=facts_for(None), topology=app.topology(), handlers=app.handlers,
+                  queues={}, consumer_timeout=None, delay_catch_all=held)  # fmt: skip
+    [mine, others] = doctor_ladder.findings(lanes)
+    assert mine.level == "warning"
+    assert mine.message.startswith(
+        f"{UNDELIVERABLE} holds 4 delayed message(s) of this app (emails: 3, emails.prio.2: 1)"
+    )
+    assert mine.fix is not None and f"rabbitq dlq replay {UNDELIVERABLE} --to emails" in mine.fix
+    assert others.level == "info" and "holds 3 delayed message(s) of other queues" in others.message
+    assert "not read" in others.message  # 3 held, none of them read
+
+
+def test_other_apps_messages_in_the_catch_all_are_no_warning_of_this_app():
+    held = CatchAll(has_argument=True, held=5, by_queue={"invoices": 4, "t.old.q": 1})
+    [found] = doctor_ladder.findings(facts(held))
+    assert found.level == "info" and "emails" not in found.message
+    assert f"{UNDELIVERABLE} (shared by the vhost's apps) holds 5 delayed" in found.message
+    assert "not read" not in found.message
 
 
 def test_the_dlq_tools_take_the_catch_all_as_it_is_and_replay_to_rabbitq_delay_to():

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 from collections.abc import Iterator
 
 import pytest
 
 from rabbitq._ops import logs
+from rabbitq._worker.consumer_timeout import ONCE
 
 
 @pytest.fixture(autouse=True)
@@ -45,3 +47,18 @@ def test_the_secret_is_scrubbed_from_a_lines_traceback(capsys, as_json):
     assert "s3cr3t-password" not in err
     trace = json.loads(err)["exc_info"] if as_json else err
     assert "Traceback (most recent call last)" in trace and "app:***@host" in trace
+
+
+def test_a_line_said_once_per_run_passes_in_its_first_process_only() -> None:
+    told = threading.Event()  # a multiprocessing Event in the reloader: the same calls
+    first, later = logs.FirstProcessOnly(told), logs.FirstProcessOnly(told)
+
+    def record(once: bool) -> logging.LogRecord:
+        made = logging.LogRecord("rabbitq.worker", logging.INFO, "", 0, "x", None, None)
+        if once:
+            setattr(made, ONCE, True)
+        return made
+
+    assert first.filter(record(True)) and first.filter(record(True))  # lanes of one run
+    assert not later.filter(record(True))  # the worker --reload started next
+    assert later.filter(record(False)) and first.filter(record(False))

@@ -16,6 +16,7 @@ CONTRACT = {
     "rabbitq_dead_letters": "counter",
     "rabbitq_handler_duration_seconds": "histogram",
     "rabbitq_messages_in_flight": "gauge",
+    "rabbitq_messages_unacked": "gauge",
     "rabbitq_prefetch": "gauge",
     "rabbitq_limit_wait_seconds": "histogram",
     "rabbitq_limit_concurrency": "gauge",
@@ -117,6 +118,18 @@ def test_in_flight_prefetch_breaker_and_publishes():
     assert (
         value(m, "rabbitq_publish_errors_total", exchange="x", type="a.b", error="unroutable") == 1
     )
+
+
+def test_unacked_is_what_each_queues_worker_last_reported_and_starts_at_zero():
+    m = Metrics()
+    app = App(queue="emails", url="amqp://x/")
+    m.expect(app)
+    assert value(m, "rabbitq_messages_unacked", queue="emails") == 0
+    m.unacked_changed("emails", 7)
+    m.unacked_changed("emails.prio.1", 3)
+    m.unacked_changed("emails", 6)
+    assert value(m, "rabbitq_messages_unacked", queue="emails") == 6
+    assert value(m, "rabbitq_messages_unacked", queue="emails.prio.1") == 3
 
 
 def test_a_loss_then_up_is_a_reconnect_and_a_drain_is_not():

@@ -37,6 +37,8 @@ class MemoryBlobs:
     async def put(self, ref, data, sweep_after):  # type: ignore[no-untyped-def]
         self.blobs[ref.id] = Found("pending", data)
 
+    async def renew(self, blob_id: str, sweep_after: datetime) -> None: ...
+
     async def sent(self, blob_id: str) -> None:
         self.blobs[blob_id] = Found("sent", self.blobs[blob_id].data)
 

@@ -18,6 +18,7 @@ from rabbitq.payloads.reference import new_ref
 from ..broker_node import free_port
 from ..helpers import running, wait_for
 from .test_large_payloads import Report, big
+from .test_sweep_lease import renewal_keeps_the_blob
 
 pytestmark = pytest.mark.services
 
@@ -70,6 +71,10 @@ async def test_the_blob_states_in_s3(s3: S3Blobs) -> None:
     assert (swept.orphans, swept.tombstones) == (1, 0)
     assert keys(s3) == [ref.id + ".done"]
     assert await s3.delete([ref.id]) == 0
+
+
+async def test_a_renewed_lease_keeps_a_pending_blob_from_the_sweep_in_s3(s3: S3Blobs) -> None:
+    await renewal_keeps_the_blob(s3)
 
 
 async def test_a_worker_handles_a_large_payload_from_s3(

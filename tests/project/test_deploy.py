@@ -290,24 +290,42 @@ def test_the_service_and_podmonitor_select_the_worker_pods_metrics_port():
     assert endpoint["port"] == "metrics" and endpoint["path"] == "/metrics"
 
 
-def test_keda_scales_the_deployment_on_the_apps_queue_depth():
+def test_keda_scales_the_deployment_on_the_apps_waiting_and_running_work():
     scaled = k8s("ScaledObject")
     assert scaled["spec"]["scaleTargetRef"]["name"] == k8s("Deployment")["metadata"]["name"]
-    (trigger,) = scaled["spec"]["triggers"]
-    assert trigger["type"] == "rabbitmq"
-    assert trigger["metadata"]["mode"] == "QueueLength"
+    trigger = promql.keda_trigger()
+    # not KEDA's rabbitmq trigger: QueueLength counts ready messages only (issue 41)
+    assert trigger["type"] == "prometheus"
     app_spec = k8s("Deployment")["spec"]["template"]["spec"]["containers"][0]["args"][1]
-    assert trigger["metadata"]["queueName"] == load_app(app_spec).queue
-    auth = k8s("TriggerAuthentication")
-    assert trigger["authenticationRef"]["name"] == auth["metadata"]["name"]
-    (ref,) = auth["spec"]["secretTargetRef"]
-    secret = k8s("Secret")
-    assert ref["name"] == secret["metadata"]["name"] and ref["key"] in secret["stringData"]
-    env = k8s("Deployment")["spec"]["template"]["spec"]["containers"][0]["env"]
-    assert {
-        "name": "RABBITQ_URL",
-        "valueFrom": {"secretKeyRef": {"name": ref["name"], "key": ref["key"]}},
-    } in env
+    app = load_app(app_spec)
+    assert promql.KEDA_QUEUE == app.queue
+    # one pod per prefetch's worth of work: a saturated fleet keeps its size
+    assert float(trigger["metadata"]["threshold"]) == app.prefetch
+    assert trigger["metadata"]["ignoreNullValues"] == "false"
+    query = trigger["metadata"]["query"]
+    assert promql.metric_names(query) == {"rabbitq_queue_messages", "rabbitq_messages_unacked"}
+    exported = promql.exported()
+    for name in promql.metric_names(query):
+        assert promql.label_names(query) - {"kind"} <= exported[name], name
+    assert 'kind="main"' in query  # not the retry queues, DLQ or blocked keys
+
+
+def test_the_keda_query_selects_every_main_queue_lane_and_partition_and_nothing_else():
+    """The query's queue matcher, applied to the queue names of apps with priority lanes
+    and with partitions: every queue holding runnable work and none of the others."""
+    from rabbitq import App
+
+    matchers = set(re.findall(r'queue=~"([^"]+)"', promql.keda_query("emails")))
+    (pattern,) = matchers
+    for app in (
+        App(queue="emails", url="amqp://x/"),
+        App(queue="emails", url="amqp://x/", priorities=3),
+        App(queue="emails", url="amqp://x/", partitions=4),
+    ):
+        for name, kind in app.topology().depth_specs():
+            assert bool(re.fullmatch(pattern, name)) == (kind == "main"), (name, kind)
+    for other in ("emailsx", "other", "emails.retry.5s", "emails.prio.1.dlq", "emails.p1.retry.1s"):
+        assert not re.fullmatch(pattern, other), other
 
 
 def test_the_deploy_readme_covers_compose_and_scaling_out():

@@ -1,10 +1,10 @@
 """deploy/'s compose file and Kubernetes manifests, validated against their published JSON
 schemas: the Compose Specification's, and Kubernetes' own (strict: an unknown field is an
 error). The schemas are test data in tests/data/schemas/ (no network here); its README
-says where each came from. The custom resources (PodMonitor, KEDA's ScaledObject and
-TriggerAuthentication) have no schema in any package we can install: their envelope
-(apiVersion, kind, and metadata against Kubernetes' ObjectMeta) is checked here, their
-``spec`` by tests/project/test_deploy.py."""
+says where each came from. The custom resources (PodMonitor, KEDA's ScaledObject) have
+no schema in any package we can install: their envelope (apiVersion, kind, and
+metadata against Kubernetes' ObjectMeta) is checked here, their ``spec`` by
+tests/project/test_deploy.py."""
 
 from __future__ import annotations
 
@@ -37,7 +37,6 @@ KIND_SCHEMAS = {
 CUSTOM_KINDS = {
     ("monitoring.coreos.com/v1", "PodMonitor"),
     ("keda.sh/v1alpha1", "ScaledObject"),
-    ("keda.sh/v1alpha1", "TriggerAuthentication"),
 }
 DEFINITIONS_ID = "https://kubernetes.io/api/_definitions.json"
 

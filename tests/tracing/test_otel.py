@@ -44,7 +44,18 @@ def _deliver(tracing: OpenTelemetry, headers: dict[str, Any], attempt: int) -> A
         correlation_id="c1",
         attempt=attempt,
         body_size=10,
+        exchange="rabbitq",
+        delivery_tag=7,
     )
+
+
+def _not_settle(exporter: InMemorySpanExporter) -> list[ReadableSpan]:
+    """The finished spans but the settle spans (ack, nack: kind CLIENT)."""
+    return [s for s in exporter.get_finished_spans() if s.kind != SpanKind.CLIENT]
+
+
+SEND = "send rabbitq:email.send"
+PROCESS = "process rabbitq:email.send:emails"
 
 
 def test_the_default_tracing_writes_no_header_and_makes_no_span() -> None:
@@ -119,16 +130,9 @@ def test_a_message_that_fails_twice_and_is_replayed_is_one_trace(
         ).end()
     third.end("success")
 
-    spans = {s.name + str(i): s for i, s in enumerate(exporter.get_finished_spans())}
-    names = [s.name for s in exporter.get_finished_spans()]
-    assert names == [
-        "publish rabbitq",
-        "process emails",
-        "process emails",
-        "replay emails",
-        "publish rabbitq",
-        "process emails",
-    ]
+    spans = {s.name + str(i): s for i, s in enumerate(_not_settle(exporter))}
+    names = [s.name for s in _not_settle(exporter)]
+    assert names == [SEND, PROCESS, PROCESS, "replay emails", "send rabbitq:email.sent", PROCESS]
     publish, first_s, second_s, replay, follow, third_s = spans.values()
     assert len({s.context.trace_id for s in spans.values()}) == 1  # one trace
     for consumer in (first_s, second_s, third_s):
@@ -159,9 +163,7 @@ def test_a_message_that_fails_twice_and_is_replayed_is_one_trace(
     assert third_s.attributes["rabbitq.outcome"] == "success"
 
 
-def test_spans_carry_the_messaging_conventions_for_rabbitmq(
-    tracing: OpenTelemetry, exporter: InMemorySpanExporter
-) -> None:
+def _publish_and_deliver(tracing: OpenTelemetry, outcome: str = "success") -> None:
     headers: dict[str, Any] = {}
     tracing.publish(
         headers,
@@ -172,9 +174,97 @@ def test_spans_carry_the_messaging_conventions_for_rabbitmq(
         correlation_id="c1",
         body_size=10,
     ).end()
-    _deliver(tracing, headers, 3).end("success")
-    producer, consumer = exporter.get_finished_spans()
-    assert producer.kind == SpanKind.PRODUCER
+    _deliver(tracing, headers, 3).end(outcome)
+
+
+def test_spans_carry_the_current_messaging_conventions_for_rabbitmq_by_default(
+    tracing: OpenTelemetry, exporter: InMemorySpanExporter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _publish_and_deliver(tracing)
+    producer, settle, consumer = exporter.get_finished_spans()
+    assert (producer.name, producer.kind) == (SEND, SpanKind.PRODUCER)
+    common = {
+        "messaging.system": "rabbitmq",
+        "messaging.message.id": "m1",
+        "messaging.message.conversation_id": "c1",
+        "messaging.rabbitmq.destination.routing_key": "email.send",
+    }
+    assert dict(producer.attributes or {}) == {
+        **common,
+        "messaging.operation.name": "send",
+        "messaging.operation.type": "send",
+        "messaging.destination.name": "rabbitq:email.send",
+        "messaging.message.body.size": 10,
+        "rabbitq.type": "email.send",
+    }
+    assert (consumer.name, consumer.kind) == (PROCESS, SpanKind.CONSUMER)
+    assert dict(consumer.attributes or {}) == {
+        **common,
+        "messaging.operation.name": "process",
+        "messaging.operation.type": "process",
+        "messaging.destination.name": "rabbitq:email.send:emails",
+        "messaging.message.body.size": 10,
+        "rabbitq.type": "email.send",
+        "messaging.rabbitmq.message.delivery_tag": 7,
+        "rabbitq.attempt": 3,
+        "rabbitq.outcome": "success",
+    }
+    # settling: a span of its own, a child of the delivery's
+    assert (settle.name, settle.kind) == ("ack rabbitq:email.send:emails", SpanKind.CLIENT)
+    assert settle.parent is not None and settle.parent.span_id == consumer.context.span_id
+    assert dict(settle.attributes or {}) == {
+        **common,
+        "messaging.operation.name": "ack",
+        "messaging.operation.type": "settle",
+        "messaging.destination.name": "rabbitq:email.send:emails",
+        "messaging.rabbitmq.message.delivery_tag": 7,
+    }
+    # the opt-in variable's "messaging" (the stable names) changes nothing here
+    monkeypatch.setenv("OTEL_SEMCONV_STABILITY_OPT_IN", "http,messaging")
+    assert OpenTelemetry().conventions == "current"
+
+
+@pytest.mark.parametrize(
+    ("outcome", "operation"),
+    [("success", "ack"), ("retried", "ack"), ("dead_lettered", "ack"), ("requeued", "nack")],
+)
+def test_a_delivery_is_settled_by_an_ack_once_its_outcome_is_safe_else_a_nack(
+    tracing: OpenTelemetry, exporter: InMemorySpanExporter, outcome: str, operation: str
+) -> None:
+    _deliver(tracing, {}, 1).end(outcome)
+    (settle,) = [s for s in exporter.get_finished_spans() if s.kind == SpanKind.CLIENT]
+    assert settle.name == f"{operation} rabbitq:email.send:emails"
+    assert (settle.attributes or {})["messaging.operation.name"] == operation
+
+
+def test_messaging_dup_in_the_opt_in_variable_adds_the_older_attributes(
+    exporter: InMemorySpanExporter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OTEL_SEMCONV_STABILITY_OPT_IN", "http, messaging/dup")
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracing = OpenTelemetry(tracer_provider=provider)
+    assert tracing.conventions == "both"
+    _publish_and_deliver(tracing)
+    producer, settle, consumer = exporter.get_finished_spans()
+    assert (producer.name, settle.name, consumer.name) == (
+        SEND,
+        "ack rabbitq:email.send:emails",
+        PROCESS,
+    )
+    assert (producer.attributes or {})["messaging.operation"] == "send"
+    assert (consumer.attributes or {})["messaging.operation"] == "process"
+    assert (consumer.attributes or {})["messaging.destination.name"] == "rabbitq:email.send:emails"
+
+
+def test_the_previous_conventions_are_the_spans_of_rabbitq_before(
+    exporter: InMemorySpanExporter,
+) -> None:
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    _publish_and_deliver(OpenTelemetry(tracer_provider=provider, conventions="previous"))
+    producer, consumer = exporter.get_finished_spans()  # no settle span
+    assert producer.name == "publish rabbitq" and consumer.name == "process emails"
     assert dict(producer.attributes or {}) == {
         "messaging.system": "rabbitmq",
         "messaging.operation.name": "publish",
@@ -188,10 +278,49 @@ def test_spans_carry_the_messaging_conventions_for_rabbitmq(
         "rabbitq.type": "email.send",
     }
     attrs = consumer.attributes or {}
-    assert attrs["messaging.system"] == "rabbitmq"
-    assert attrs["messaging.operation.type"] == "process"
+    assert "messaging.rabbitmq.message.delivery_tag" not in attrs  # as before
+    assert attrs["messaging.operation"] == "process"
     assert attrs["messaging.destination.name"] == "emails"
     assert attrs["rabbitq.attempt"] == 3
+
+
+def test_a_delayed_message_is_named_without_its_delays_bits_in_span_names(
+    tracing: OpenTelemetry, exporter: InMemorySpanExporter
+) -> None:
+    ladder, bits = "rabbitq.delay.classic.03", "1.0.0.1.0"
+    headers: dict[str, Any] = {}
+    tracing.publish(
+        headers,
+        exchange=ladder,
+        routing_key=bits,
+        type_name="email.send",
+        message_id="m1",
+        correlation_id=None,
+        body_size=1,
+    ).end()
+    tracing.deliver(
+        headers,
+        queue="emails",
+        type_name="email.send",
+        routing_key=bits,
+        message_id="m1",
+        correlation_id=None,
+        attempt=1,
+        body_size=1,
+        exchange="rabbitq.delay.deliver",
+    ).end("success")
+    producer, settle, consumer = exporter.get_finished_spans()
+    assert producer.name == f"send {ladder}"
+    assert (producer.attributes or {})["messaging.destination.name"] == f"{ladder}:{bits}"
+    assert consumer.name == "process rabbitq.delay.deliver:emails"
+    assert settle.name == "ack rabbitq.delay.deliver:emails"
+    dest = (consumer.attributes or {})["messaging.destination.name"]
+    assert dest == f"rabbitq.delay.deliver:{bits}:emails"
+
+
+def test_unknown_conventions_are_refused_in_one_line() -> None:
+    with pytest.raises(ValueError, match="conventions must be one of 'current', 'both'"):
+        OpenTelemetry(conventions="newest")  # type: ignore[arg-type]
 
 
 def test_a_failed_publish_is_an_error_span(
@@ -207,7 +336,7 @@ def test_a_failed_publish_is_an_error_span(
         body_size=1,
     )
     send.end(RuntimeError("unroutable"))
-    (span,) = exporter.get_finished_spans()
+    (span,) = _not_settle(exporter)
     assert span.status.status_code == StatusCode.ERROR
     assert span.attributes is not None and span.attributes["error.type"] == "RuntimeError"
 
@@ -216,7 +345,7 @@ def test_a_delivery_without_trace_headers_starts_a_trace_of_its_own(
     tracing: OpenTelemetry, exporter: InMemorySpanExporter
 ) -> None:
     _deliver(tracing, {PREVIOUS_SPAN: "garbage", TRACEPARENT: 12}, 1).end("success")
-    (span,) = exporter.get_finished_spans()
+    (span,) = _not_settle(exporter)
     assert span.parent is None and list(span.links) == []
 
 
@@ -231,7 +360,7 @@ def test_log_records_carry_the_trace_and_span_ids_inside_a_span(
     with span.activate():
         ids.filter(record)
     span.end("success")
-    (finished,) = exporter.get_finished_spans()
+    (finished,) = _not_settle(exporter)
     assert record.trace_id == f"{finished.context.trace_id:032x}"
     assert record.span_id == f"{finished.context.span_id:016x}"
 

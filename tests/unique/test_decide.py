@@ -91,3 +91,35 @@ async def test_a_stage_that_skips_is_recorded_as_its_state_not_succeeded():
     span.skipped("superseded")
     span.end("success")
     assert [r.state for r in written] == ["received", "superseded"]
+
+
+def test_a_record_lost_with_the_store_runs_its_message():
+    assert decide(None, False, "m1", lost=True) == RUN
+    assert decide("m2", True, "m1", lost=True) == RUN
+
+
+async def test_a_key_store_that_cannot_be_reached_holds_the_message_without_an_attempt():
+    from rabbitq import RetryPolicy
+    from rabbitq.effects.store import StoreUnavailable
+    from rabbitq.job import add_stage
+    from rabbitq.testing import deliver
+    from rabbitq.unique.superseded import SupersededStage
+
+    class Down:
+        async def check(self, key, message_id, published_in=None):
+            raise StoreUnavailable("down")
+
+    app = App(queue="debounce-down", retry=RetryPolicy(delays=(1,)))
+    ran: list[int] = []
+
+    @app.handler(Ping)
+    async def ping(msg: Ping) -> None:
+        ran.append(msg.n)
+
+    app.delivery_stages = add_stage((), SupersededStage(Down()))  # type: ignore[arg-type]
+    headers = {"rabbitq-debounce-key": "k"}
+    for attempt in (1, 2):  # the last attempt too: held, never exhausted
+        result = await deliver(app, Ping(n=1), headers=headers, attempt=attempt)
+        assert result.retried and result.deferred and result.next_attempt == attempt
+        assert "KeyStoreUnavailable" in (result.error or "")
+    assert ran == []

@@ -117,3 +117,31 @@ async def test_finishing_while_a_newer_one_is_pending_starts_its_burst(backend):
         assert await keys.check("g", "b") == RUN
     finally:
         await keys.close()
+
+
+async def test_a_debounce_record_lost_with_its_redis_runs_ended_ones_do_not():
+    from rabbitq.effects.location import RedisLocation
+    from rabbitq.unique.keys_redis import RedisKeys
+    from tests.redis_node import RedisNode
+
+    with RedisNode.started() as node:
+        keys = RedisKeys(RedisLocation(url=node.url, base="k:"))
+        try:
+            published_in = await keys.propose("d", "a", 60)
+            assert published_in and await keys.propose("d", "b", 60) == published_in
+            await keys.commit("d", "a")
+            await keys.commit("d", "b")
+            assert await keys.check("d", "a", published_in) == SUPERSEDED
+            assert await keys.check("d", "b", published_in) == RUN
+            await keys.finish("d", "b")  # the burst ended, same epoch: not lost
+            assert await keys.check("d", "b", published_in) == SUPERSEDED
+            await keys.propose("e", "c", 60)
+            await keys.commit("e", "c")
+            await keys.close()
+            node.restart()  # without persistence: the records and the epoch are gone
+            assert await keys.check("e", "c", published_in) == RUN  # lost, not ended
+            assert await keys.check("e", "older", published_in) == RUN  # a stale one too
+            assert await keys.check("e", "c") == SUPERSEDED  # no epoch: as before
+            assert keys.watch.changes == 1
+        finally:
+            await keys.close()

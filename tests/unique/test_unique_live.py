@@ -196,3 +196,27 @@ async def test_rabbitq_purge_frees_the_keys_of_what_it_deletes(
         again = await pub.publish(Capture(order_id=7), unique_for=3600, unique_key="c:7")
     assert again != first
     assert [m.message_id for m in await drain_queue(connection, app.queue)] == [again]
+
+
+async def test_publish_many_holds_each_message_s_own_key(make_keyed, connection):
+    app = make_keyed()
+    await declare_topology(connection, app)
+    batch = [Capture(order_id=n % 3, producer=n) for n in range(6)]  # keys c:0, c:1, c:2
+    async with app.publisher() as pub:
+        first = await pub.publish(Capture(order_id=0), unique_for=60, unique_key="c:0")
+        ids = await pub.publish_many(
+            batch, window=1, unique_for=60, unique_key=lambda m: f"c:{m.order_id}"
+        )
+    sent = await drain_queue(connection, app.queue)
+    keys = sorted(m.headers["rabbitq-unique-key"] for m in sent)
+    assert keys == ["c:0", "c:1", "c:2"]  # c:0 held by the first publish: not sent again
+    assert ids[0] == ids[3] == first and ids[1] == ids[4] and ids[2] == ids[5]
+    assert {m.message_id for m in sent} == {first, ids[1], ids[2]}
+
+
+async def test_publish_many_refuses_a_unique_window_without_a_key_function(make_keyed):
+    app = make_keyed()
+    async with app.publisher() as pub:
+        for kwargs in ({"unique_for": 60}, {"unique_for": 60, "unique_key": "one-for-all"}):
+            with pytest.raises(ConfigurationError, match="needs unique_key=a function"):
+                await pub.publish_many([Capture(order_id=1)], **kwargs)

@@ -120,18 +120,22 @@ async def test_a_deleted_queue_s_delayed_messages_neither_block_others_nor_get_l
     assert set(ids) == sent, f"{len(sent) - len(set(ids))} of {len(sent)} not there in {took:.0f} s"
     assert len(ids) == len(set(ids)), "duplicates"
 
-    # counted by doctor, with the fix
-    async def counted() -> list[str]:
-        facts = await gather(healthy, url=node.url, management_url=node.management_url)
+    # counted by doctor, with the fix, as the deleted queue's app's: not the healthy one's
+    async def counted(app: App) -> list[str]:
+        facts = await gather(app, url=node.url, management_url=node.management_url)
         assert facts.delay_catch_all is not None and facts.delay_catch_all.has_argument
-        return [f.message for f in diagnose(facts) if f.topic == "delays"]
+        return [f"{f.level} {f.message}" for f in diagnose(facts) if f.topic == "delays"]
 
     end = time.monotonic() + 30
-    while (said := await counted()) != [f"{UNDELIVERABLE} holds 100 delayed message(s) whose "
-                                        "queue did not exist when they fell due (header "
-                                        "rabbitq-delay-to names it)"]:  # fmt: skip
+    while (said := await counted(gone)) != [f"warning {UNDELIVERABLE} holds 100 delayed "
+                                            f"message(s) of this app ({gone.queue}: 100) whose "
+                                            "queue did not exist when they fell due"]:  # fmt: skip
         assert time.monotonic() < end, said
         await asyncio.sleep(1)
+    assert await counted(healthy) == [
+        f"info {UNDELIVERABLE} (shared by the vhost's apps) holds 100 delayed message(s) of "
+        "other queues than this app's: header rabbitq-delay-to names each one's queue"
+    ]
     # replayed, without --to, to the queue they were delayed for, once it is back
     await declare_topology(conn, gone)
     tally = await dlq.replay(UNDELIVERABLE, url=node.url)

@@ -119,6 +119,70 @@ async def test_an_unroutable_message_raises_unroutable(make_app):
             await pub.publish(Note(n=1))
 
 
+async def test_a_publish_before_any_worker_or_topology_says_what_to_run_first(make_app):
+    app = note_app(make_app)  # its queue never declared: no worker, no topology yet
+    async with app.publisher() as pub:
+        with pytest.raises(Unroutable) as caught:
+            await pub.publish(Note(n=1))
+        app.loaded_as = "payments.service:app"
+        with pytest.raises(Unroutable) as named:
+            await pub.publish(Note(n=2))
+    said = str(caught.value)
+    assert "\n" not in said and "nothing was stored" in said
+    assert said.endswith(
+        f"queue {app.queue!r} is not declared yet: start a worker of this app or run "
+        "'rabbitq topology MODULE:APP' first"
+    )
+    assert "run 'rabbitq topology payments.service:app' first" in str(named.value)
+
+
+async def test_a_publish_of_a_type_no_handler_of_the_app_takes_names_the_other_app(make_app):
+    app = make_app()
+    async with app.publisher() as pub:
+        with pytest.raises(Unroutable, match="no handler of this app .* takes 'test.publisher"):
+            await pub.publish(Note(n=1))
+
+
+async def test_a_priority_publish_before_the_lanes_exist_names_the_lane_to_declare(
+    make_app, connection
+):
+    app = note_app(make_app, priorities=3)
+    before = note_app(make_app, queue=app.queue)  # the app as deployed before priorities=3
+    await declare_topology(connection, before)
+    async with app.publisher() as pub:
+        await pub.publish(Note(n=0))  # lane 0 is the main queue: it exists
+        with pytest.raises(Unroutable, match=rf"queue '{app.queue}.prio.2' is not declared yet"):
+            await pub.publish(Note(n=2), priority=2)
+    assert await queue_depth(connection, app.queue) == 1
+
+
+async def test_publish_many_takes_a_priority_and_headers_for_every_message(
+    make_app, connection
+):
+    app = note_app(make_app, priorities=3)
+    await declare_topology(connection, app)
+    async with app.publisher() as pub:
+        ids = await pub.publish_many(
+            (Note(n=n) for n in range(5)), window=2, priority=2, headers={"x-batch": "b1"}
+        )
+    lane = await drain_queue(connection, f"{app.queue}.prio.2")
+    assert [m.message_id for m in lane] == ids and len(set(ids)) == 5
+    assert {m.headers["x-batch"] for m in lane} == {"b1"}
+    assert await queue_depth(connection, app.queue) == 0
+
+
+async def test_publish_many_with_a_delay_delivers_every_message_when_due(make_app, connection):
+    app = note_app(make_app)
+    await declare_topology(connection, app)
+    async with app.publisher() as pub:
+        ids = await pub.publish_many([Note(n=n) for n in range(3)], delay=0.5)
+    async def arrived() -> bool:
+        return await queue_depth(connection, app.queue) == 3
+
+    await wait_for(arrived, what="the 3 delayed messages in the queue", timeout=60)
+    assert sorted(m.message_id for m in await drain_queue(connection, app.queue)) == sorted(ids)
+
+
 async def test_publishing_after_the_publisher_closed_raises_publish_interrupted(make_app):
     app = note_app(make_app)
     async with app.publisher() as pub:

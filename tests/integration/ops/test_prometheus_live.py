@@ -29,10 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
-import os
 import re
-import subprocess
 import urllib.parse
 import urllib.request
 import uuid
@@ -62,10 +59,10 @@ from rabbitq.effects.metrics import OutboxMetrics
 from tests import promql
 from tests.chaos.proxy import FaultyProxy
 from tests.helpers import publish_bare, running, wait_for
+from tests.prometheus_server import SCRAPE, Prom, prometheus_or_skip, run_prometheus
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow]
 
-SCRAPE = "1s"
 WINDOW = "1m"  # $__rate_interval and $__range: longer than the whole run
 DEADLINE = 45.0  # seconds for any one wait below
 
@@ -93,17 +90,7 @@ REASONS = {"exhausted", "permanent", "invalid", "unknown-type"}
 
 @pytest.fixture(scope="module")
 def prometheus_binary() -> str:
-    binary = promql.prometheus()
-    if binary is None:
-        reason = "prometheus is not installed (Debian/Ubuntu: apt-get install prometheus)"
-        if os.environ.get("CI"):
-            pytest.fail(reason)
-        pytest.skip(reason)
-    return binary
-
-
-PROMETHEUS_LISTENING = re.compile(r'msg="Listening on".*?address=\S+:(\d+)')
-"""Prometheus's log line once it listens (started on port 0: the port it bound)."""
+    return prometheus_or_skip()
 
 
 def rules_for_test(dest: Path) -> Path:
@@ -116,90 +103,6 @@ def rules_for_test(dest: Path) -> Path:
                 rule["for"] = "1s"
     dest.write_text(yaml.safe_dump(data, sort_keys=False))
     return dest
-
-
-@contextlib.asynccontextmanager
-async def run_prometheus(binary: str, tmp: Path, target: str) -> AsyncIterator[str]:
-    """A private Prometheus scraping ``target`` every second; yields its base URL."""
-    rules = rules_for_test(tmp / "alerts.yml")
-    config = {
-        "global": {"scrape_interval": SCRAPE, "evaluation_interval": SCRAPE},
-        "rule_files": [str(rules)],
-        "scrape_configs": [{"job_name": "rabbitq", "static_configs": [{"targets": [target]}]}],
-    }
-    (tmp / "prometheus.yml").write_text(yaml.safe_dump(config))
-    log_path = tmp / "prometheus.log"
-    log = log_path.open("wb")
-    proc = subprocess.Popen(
-        [
-            binary,
-            f"--config.file={tmp / 'prometheus.yml'}",
-            f"--storage.tsdb.path={tmp / 'data'}",
-            # port 0: it binds a free port and logs which (info), none picked before
-            "--web.listen-address=127.0.0.1:0",
-            "--log.level=info",
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    try:
-        deadline = asyncio.get_running_loop().time() + DEADLINE
-        while not (found := PROMETHEUS_LISTENING.search(log_path.read_text(errors="replace"))):
-            assert proc.poll() is None and asyncio.get_running_loop().time() < deadline, (
-                "Prometheus did not say where it listens: " + log_path.read_text()[-4000:]
-            )
-            await asyncio.sleep(0.1)
-        yield f"http://127.0.0.1:{found.group(1)}"
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
-        if proc.returncode not in (0, -15):
-            print(log_path.read_text()[-4000:])
-
-
-def _get(url: str) -> tuple[int, Any]:
-    try:
-        with urllib.request.urlopen(url, timeout=5) as response:
-            return response.status, json.loads(response.read() or b"null")
-    except urllib.error.HTTPError as exc:  # 400 on a bad query: the body says why
-        return exc.code, json.loads(exc.read() or b"null")
-
-
-class Prom:
-    """Prometheus's HTTP API (blocking calls run in a thread)."""
-
-    def __init__(self, base: str) -> None:
-        self.base = base
-
-    async def ready(self) -> bool:
-        try:
-            with urllib.request.urlopen(f"{self.base}/-/ready", timeout=2) as r:
-                return r.status == 200
-        except OSError:
-            return False
-
-    async def query(self, expr: str) -> list[dict[str, Any]]:
-        """An instant query; fails the test with Prometheus's error if it is invalid."""
-        url = f"{self.base}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
-        status, body = await asyncio.to_thread(_get, url)
-        assert status == 200 and body["status"] == "success", f"{expr!r}: {body}"
-        result: list[dict[str, Any]] = body["data"]["result"]
-        return result
-
-    async def value(self, expr: str) -> float | None:
-        result = await self.query(expr)
-        return float(result[0]["value"][1]) if result else None
-
-    async def alerts(self) -> list[dict[str, Any]]:
-        status, body = await asyncio.to_thread(_get, f"{self.base}/api/v1/alerts")
-        assert status == 200, body
-        alerts: list[dict[str, Any]] = body["data"]["alerts"]
-        return alerts
 
 
 def sample(metrics: Metrics, name: str, **labels: str) -> float:
@@ -321,7 +224,10 @@ async def test_every_dashboard_query_and_alert_returns_series_from_a_real_worker
             running(worker),
         ):
             async with run_prometheus(
-                prometheus_binary, tmp_path, f"127.0.0.1:{server.port}"
+                prometheus_binary,
+                tmp_path,
+                f"127.0.0.1:{server.port}",
+                rules_for_test(tmp_path / "alerts.yml"),
             ) as base:
                 prom = Prom(base)
                 # Traffic starts once Prometheus scrapes the worker (whose series start at 0).

@@ -206,3 +206,30 @@ async def test_a_delayed_publish_with_a_priority_is_delivered_into_its_lane(
         await wait_for(lambda: len(seen) == 2, timeout=30)
         await asyncio.sleep(0.5)  # a duplicate would show up now
     assert sorted(seen) == [(1, lane_queue(app.queue, 1)), (2, app.queue)]
+
+
+async def test_the_priority_worker_says_each_start_up_line_once_with_the_prefetch_asked(
+    make_app, caplog
+):
+    app = make_app(priorities=3, prefetch=64)
+
+    @app.handler(Job, timeout=None)  # a warning each lane would give alike
+    async def handle(msg: Job) -> None:
+        pass
+
+    caplog.set_level("INFO", logger="rabbitq.worker")
+
+    def said() -> list[str]:
+        return [r.getMessage() for r in caplog.records if r.name == "rabbitq.worker"]
+
+    async with running(PriorityWorker(app, prefetch=4)):  # ready when lane 0 is: wait
+        await wait_for(lambda: any(" in 3 lanes " in line for line in said()))
+    lines = said()
+    started = [line for line in lines if "stopped" not in line]
+    assert len(started) == len(set(started)), started  # none twice
+    assert sum(line.startswith("connecting to") for line in lines) == 1
+    assert sum("consumer_timeout taken to be" in line for line in lines) == 1
+    assert sum("has no timeout" in line for line in lines) == 1
+    [consuming] = [line for line in lines if line.startswith("consuming")]
+    assert consuming.startswith(f"consuming {app.queue!r} in 3 lanes ({app.queue}, ")
+    assert "(prefetch 4, shared by the lanes; types: test.prio.job)" in consuming

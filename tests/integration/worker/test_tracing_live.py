@@ -1,9 +1,11 @@
 """OpenTelemetry through a real worker, publisher and DLQ replay on the real broker.
 
 A message that fails twice (attempt 1 is retried, attempt 2 dead-lettered as
-``exhausted``), is replayed and then succeeds is one trace: the publish span, three
-``process`` spans that are its children, a ``replay`` span, and the links from each
-attempt to the span that sent its copy. Spans go to the SDK's in-memory exporter.
+``exhausted``), is replayed and then succeeds is one trace: the send span, three
+``process`` spans that are its children (each with its ``ack`` settle span), a
+``replay`` span, and the links from each attempt to the span that sent its copy; their
+names and destinations follow the messaging conventions (semconv 1.44) as the broker
+delivered each. Spans go to the SDK's in-memory exporter.
 """
 
 from __future__ import annotations
@@ -87,12 +89,13 @@ async def test_fail_twice_dead_letter_replay_succeed_is_one_trace(make_app, brok
     by_name: dict[str, list] = {}
     for span in spans:
         by_name.setdefault(span.name, []).append(span)
-    (publish,) = [s for s in by_name[f"publish {app.exchange}"] if s.parent is None]
+    send = f"send {app.exchange}:{CHARGE}"
+    (publish,) = [s for s in by_name[send] if s.parent is None]
     attempts = sorted(
         (
             s
-            for s in by_name[f"process {app.queue}"]
-            if s.attributes["rabbitq.type"] == Charge.type_name()
+            for s in spans
+            if s.kind == SpanKind.CONSUMER and s.attributes["rabbitq.type"] == CHARGE
         ),
         key=lambda s: s.start_time,
     )
@@ -101,13 +104,32 @@ async def test_fail_twice_dead_letter_replay_succeed_is_one_trace(make_app, brok
     assert publish.kind == SpanKind.PRODUCER and replay.kind == SpanKind.PRODUCER
     assert publish.attributes["messaging.message.id"] == message_id
     assert publish.attributes["messaging.message.conversation_id"] == "order-7"
+    assert publish.attributes["messaging.destination.name"] == f"{app.exchange}:{CHARGE}"
+    assert publish.attributes["messaging.rabbitmq.destination.routing_key"] == CHARGE
+    assert publish.attributes["messaging.operation.type"] == "send"
     for attempt in attempts:
-        assert attempt.kind == SpanKind.CONSUMER
         assert attempt.parent.span_id == publish.context.span_id
         assert attempt.attributes["messaging.system"] == "rabbitmq"
-        assert attempt.attributes["messaging.destination.name"] == app.queue
+        assert attempt.attributes["messaging.operation.type"] == "process"
         assert attempt.attributes["messaging.message.id"] == message_id
     first, second, third = attempts
+    # {exchange}:{routing key}:{queue} as the broker delivered each: published to the
+    # app's exchange with the type as key; the retry dead-lettered back, and the replay
+    # sent, through the default exchange with the queue's name as key (so: the queue).
+    destinations = [a.attributes["messaging.destination.name"] for a in attempts]
+    assert destinations == [f"{app.exchange}:{CHARGE}:{app.queue}", app.queue, app.queue]
+    assert [a.name for a in attempts] == [f"process {d}" for d in destinations]
+    # each attempt settled by an ack (its outcome safe: the retry and DLQ copies
+    # confirmed first), a child of its process span
+    settles = {s.parent.span_id: s for s in spans if s.kind == SpanKind.CLIENT}
+    for attempt, destination in zip(attempts, destinations, strict=True):
+        settle = settles[attempt.context.span_id]
+        assert settle.name == f"ack {destination}"
+        assert settle.attributes["messaging.operation.type"] == "settle"
+        assert settle.attributes["messaging.destination.name"] == destination
+        tag = attempt.attributes["messaging.rabbitmq.message.delivery_tag"]
+        assert isinstance(tag, int) and tag >= 1
+        assert settle.attributes["messaging.rabbitmq.message.delivery_tag"] == tag
     assert [link.context.span_id for link in first.links] == []
     assert [link.context.span_id for link in second.links] == [first.context.span_id]
     assert [link.context.span_id for link in replay.links] == [second.context.span_id]
@@ -119,7 +141,7 @@ async def test_fail_twice_dead_letter_replay_succeed_is_one_trace(make_app, brok
     assert [e.name for e in second.events] == ["rabbitq.dead_letter"]
     assert third.attributes["rabbitq.outcome"] == "success"
     # The follow-up is published from the third attempt, and handled in the same trace.
-    follow = [s for s in by_name[f"publish {app.exchange}"] if s.parent is not None]
+    follow = [s for s in by_name[f"send {app.exchange}:{Charged.type_name()}"]]
     assert [s.parent.span_id for s in follow] == [third.context.span_id]
     # The handler's log lines carry the ids of the attempt they were written in.
     assert [(r.trace_id, r.span_id) for r in capture.records] == [
