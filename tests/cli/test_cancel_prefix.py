@@ -70,6 +70,6 @@ async def test_an_ambiguous_prefix_or_an_unknown_id_is_refused_and_nothing_is_re
 
     anyway = await run_cli_async("cancel", APP, "not-yet-published", "--unknown-ok", env=env)
     assert anyway.returncode == 0, anyway.stderr
-    assert anyway.stdout.strip() == (
+    assert anyway.stdout.startswith(  # (then whether the store keeps it across a restart)
         "not-yet-published: unknown: no record of it (cancelled if it arrives)"
     )
