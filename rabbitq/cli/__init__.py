@@ -2,38 +2,90 @@
 
 Every command takes ``--url`` (default ``$RABBITQ_URL``), never prints a password, and
 turns a failure into one line on stderr and a non-zero exit. Each command group lives
-in its own module and is registered below with one line.
+in its own module and is registered in :func:`_commands` with one line; the modules are
+imported on the first look at the commands, so ``rabbitq --version`` imports none of
+them (nor aio-pika, pydantic or the worker).
 """
 
 from __future__ import annotations
 
+import importlib
+from collections.abc import Callable, Iterator, MutableMapping
+
 import click
 
-from .._ops import logs
-
-# Modules, not their commands: ``rabbitq.cli.dlq`` stays the module (tests patch it).
-from . import (
-    blobs,
-    cancel,
-    demo,
-    dlq,
-    doctor,
-    effects,
-    keys,
-    outbox_rows,
-    publish,
-    purge,
-    queues,
-    schedule,
-    status,
-    version,
-    worker,
-)
+from . import version
 from .common import Command
-from .console import console
 
 
-@click.group(cls=Command, context_settings={"help_option_names": ["-h", "--help"]})
+def _commands() -> list[click.Command]:
+    """Every command of the root, its modules imported (``rabbitq.cli.dlq`` stays the
+    module: tests patch it)."""
+
+    def of(module: str, name: str) -> click.Command:
+        command: click.Command = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+        return command
+
+    outbox = of("effects", "outbox")
+    assert isinstance(outbox, click.Group)
+    for name in ("list_rows", "retry_rows", "discard_rows"):
+        outbox.add_command(of("outbox_rows", name))
+    return [
+        of("worker", "worker"),
+        of("publish", "publish"),
+        of("queues", "topology"),
+        of("queues", "stats"),
+        of("purge", "purge"),
+        of("demo", "demo"),
+        of("dlq", "dlq"),
+        of("effects", "effects"),
+        outbox,
+        of("doctor", "doctor"),
+        of("status", "status"),
+        of("cancel", "cancel"),
+        of("keys", "keys"),
+        of("console", "console"),
+        version.version,
+        of("blobs", "blobs"),
+        of("schedule", "scheduler"),
+        of("schedule", "schedule"),
+    ]
+
+
+class _Commands(MutableMapping[str, click.Command]):
+    """The root's commands by name, made by ``load`` on the first look."""
+
+    def __init__(self, load: Callable[[], list[click.Command]]) -> None:
+        self._load: Callable[[], list[click.Command]] | None = load
+        self._by_name: dict[str, click.Command] = {}
+
+    def _loaded(self) -> dict[str, click.Command]:
+        if self._load is not None:
+            load, self._load = self._load, None
+            self._by_name.update((c.name or "", c) for c in load())
+        return self._by_name
+
+    def __getitem__(self, name: str) -> click.Command:
+        return self._loaded()[name]
+
+    def __setitem__(self, name: str, command: click.Command) -> None:
+        self._loaded()[name] = command
+
+    def __delitem__(self, name: str) -> None:
+        del self._loaded()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._loaded())
+
+    def __len__(self) -> int:
+        return len(self._loaded())
+
+
+@click.group(
+    cls=Command,
+    commands=_Commands(_commands),
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
 @click.version_option(None, "-V", "--version", package_name="rabbitq", message=version.VERSION_LINE)
 def main() -> None:
     """rabbitq: RabbitMQ consumers that never lose work.
@@ -44,27 +96,6 @@ def main() -> None:
     messages. Every command takes -h/--help, and --url if it talks to a broker. Exit
     status: 0 done, 1 it could not be done, 2 the command line is wrong.
     """
+    from .._ops import logs
+
     logs.configure(level="WARNING")
-
-
-main.add_command(worker.worker)
-main.add_command(publish.publish)
-main.add_command(queues.topology)
-main.add_command(queues.stats)
-main.add_command(purge.purge)
-main.add_command(demo.demo)
-main.add_command(dlq.dlq)
-main.add_command(effects.effects)
-main.add_command(effects.outbox)
-effects.outbox.add_command(outbox_rows.list_rows)
-effects.outbox.add_command(outbox_rows.retry_rows)
-effects.outbox.add_command(outbox_rows.discard_rows)
-main.add_command(doctor.doctor)
-main.add_command(status.status)
-main.add_command(cancel.cancel)
-main.add_command(keys.keys)
-main.add_command(console)
-main.add_command(version.version)
-main.add_command(blobs.blobs)
-main.add_command(schedule.scheduler)
-main.add_command(schedule.schedule)

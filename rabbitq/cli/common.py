@@ -1,16 +1,23 @@
 """What the ``rabbitq`` commands share: ``--url``, ``--tls-*``, ``--json`` and one-line
 errors (with the Python traceback before them on ``--traceback`` or ``$RABBITQ_TRACEBACK``).
 
+The ``--json`` rule, for every command (docs/cli.md, "JSON output"): stdout holds exactly
+one JSON document, on one line, ASCII only: an array for a listing, an object for one
+result. An error under ``--json`` is that document too, ``{"error": ..., "exit_code": N}``
+(N is the exit status, 1 or 2), and its usual one line still goes to stderr.
+
 Its own module so that the command modules can use it without importing each other.
 """
 
 from __future__ import annotations
 
 import functools
+import json
 import os
 import sys
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from datetime import date, datetime
 from typing import Any, TypeVar
 
 import click
@@ -85,12 +92,69 @@ def friendly_errors(fn: F) -> F:
             if show:  # what went wrong (the user's code, for an import): not rabbitq's frames
                 trace = traceback.format_exception(exc.__cause__ or exc)
                 click.echo(scrub("".join(trace), secret), err=True)
-            raise click.ClickException(scrub(str(exc), secret)) from exc
+            failure = click.ClickException(scrub(str(exc), secret))
+            if fields := getattr(exc, "json_fields", None):
+                attach_json(failure, **fields)
+            raise failure from exc
 
     return wrapper  # type: ignore[return-value]
 
 
-json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+JSON_FLAG = "--json"
+
+json_option = click.option(
+    JSON_FLAG,
+    "as_json",
+    is_flag=True,
+    help="Print one JSON document on stdout instead of text (an error too).",
+)
+"""``--json`` (as ``as_json``): the same option, the same help, on every command."""
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, datetime | date):
+        return value.isoformat()
+    return str(value)
+
+
+def json_text(document: Any) -> str:
+    """``document`` as one line of JSON, ASCII only (a control character or an escape
+    sequence from a message cannot reach the terminal raw); times in ISO 8601."""
+    return json.dumps(document, ensure_ascii=True, separators=(",", ":"), default=_plain)
+
+
+def print_json(document: Any) -> None:
+    """Print the one JSON document of a ``--json`` command on stdout."""
+    click.echo(json_text(document))
+
+
+class Reported(click.ClickException):
+    """An error after the command printed its result (a replay with failures): under
+    ``--json`` no error document follows the result document."""
+
+
+def attach_json(exc: BaseException, **fields: Any) -> None:
+    """Fields the error document of ``exc`` carries under ``--json`` besides ``error``
+    and ``exit_code`` (what an interrupted DLQ run did so far)."""
+    extra = getattr(exc, "json_fields", {})
+    exc.json_fields = {**extra, **fields}  # type: ignore[attr-defined]
+
+
+def asks_json(args: Sequence[str]) -> bool:
+    """Whether the command line asks for ``--json`` (before a ``--``); read from the
+    words, as an error may come before the options are parsed."""
+    words = list(args)
+    if "--" in words:
+        words = words[: words.index("--")]
+    return JSON_FLAG in words
+
+
+def error_document(message: str, exit_code: int, exc: BaseException | None = None) -> str:
+    """The ``--json`` document of an error: ``{"error": ..., "exit_code": N}``."""
+    fields = getattr(exc, "json_fields", None) or {}
+    cause = getattr(exc, "__cause__", None)
+    fields = {**(getattr(cause, "json_fields", None) or {}), **fields}
+    return json_text({"error": message, "exit_code": exit_code, **fields})
 
 
 def tls_options(fn: F) -> F:
@@ -131,17 +195,24 @@ class Command(click.Group):
     ) -> Any:
         if extra.pop("standalone_mode", True) is False:
             return super().main(args, prog_name, standalone_mode=False, **extra)
+        as_json = asks_json(sys.argv[1:] if args is None else args)
         try:
             result = super().main(args, prog_name, standalone_mode=False, **extra)
         except click.UsageError as exc:
             where = exc.ctx.command_path if exc.ctx is not None else "rabbitq"
             message = exc.format_message().rstrip(".")
+            if as_json:
+                click.echo(error_document(message, exc.exit_code, exc))
             click.echo(f"Error: {message} (see '{where} --help')", err=True)
             sys.exit(exc.exit_code)
         except click.ClickException as exc:
+            if as_json and not isinstance(exc, Reported):
+                click.echo(error_document(exc.format_message(), exc.exit_code, exc))
             exc.show()
             sys.exit(exc.exit_code)
         except click.Abort:
+            if as_json:
+                click.echo(error_document("aborted", 1))
             click.echo("Aborted!", err=True)
             sys.exit(1)
         sys.exit(result if isinstance(result, int) else 0)

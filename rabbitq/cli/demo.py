@@ -8,13 +8,12 @@ import shutil
 import sys
 
 import click
-import orjson
 from click.core import ParameterSource
 from rich.console import Console
 
 from .._ops import containers
 from ..settings import TLS, redact_url, resolve_url
-from .common import friendly_errors, tls_options, url_option
+from .common import Reported, friendly_errors, json_option, print_json, tls_options, url_option
 
 DEMO_QUEUE_ENV = "RABBITQ_DEMO_QUEUE"
 
@@ -80,7 +79,7 @@ def _queue_name(_ctx: click.Context, _param: click.Parameter, value: str) -> str
     is_flag=True,
     help="Run against a throwaway RabbitMQ container (needs Docker and testcontainers).",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print only the final tally, as JSON.")
+@json_option
 @url_option
 @tls_options
 @friendly_errors
@@ -121,7 +120,7 @@ def demo(
         done = asyncio.run(showcase.cleanup(target, queue=queue, exchange=queue, tls=tls))
         names = [q.name for q in done.queues]
         if as_json:
-            click.echo(orjson.dumps({"deleted_queues": names, "messages": done.messages}).decode())
+            print_json({"deleted_queues": names, "messages": done.messages})
         elif names:
             click.echo(
                 f"deleted {', '.join(names)} ({done.messages} messages) "
@@ -156,7 +155,7 @@ def demo(
     else:
         summary = go(target)
     if as_json:
-        click.echo(orjson.dumps(summary.as_dict()).decode())
+        print_json(summary.as_dict())
     else:
         url_given = click.get_current_context().get_parameter_source("url") == (
             ParameterSource.COMMANDLINE
@@ -170,4 +169,4 @@ def demo(
             program=_program(),
         )
     if not summary.ok:
-        raise click.ClickException(summary.problem or "the demo failed")
+        raise Reported(summary.problem or "the demo failed")  # after its tally

@@ -16,7 +16,7 @@ from .. import dlq as ops
 from ..crypto.view import reveal
 from ..settings import TLS
 from . import dlq_view as view
-from .common import friendly_errors, tls_options, url_option
+from .common import Reported, friendly_errors, json_option, print_json, tls_options, url_option
 from .dlq_options import (
     app_option,
     app_seams,
@@ -24,9 +24,9 @@ from .dlq_options import (
     filter_options,
     filters_from,
     finish,
-    json_lines_option,
     key_option,
     limit_option,
+    note_unmatched,
     plain_console,
     report_interruption,
     run_call,
@@ -53,7 +53,7 @@ def dlq() -> None:
 @click.argument("queue")
 @filter_options
 @limit_option(100, "Show at most N messages; 0 shows all.")
-@json_lines_option
+@json_option
 @url_option
 @tls_options
 @friendly_errors
@@ -76,9 +76,9 @@ def list_(
             queue, url=url, filters=filters, limit=limit or None, connection=c
         ),
     )
+    note_unmatched(filters, len(found))
     if as_json:
-        for m in found:
-            click.echo(view.json_line(m.summary()))
+        print_json([m.summary() for m in found])
         return
     dlq_queue = ops.resolve_dlq(queue)
     what = f" matching {filters.describe()}" if filters.active else ""
@@ -92,7 +92,7 @@ def list_(
 @click.argument("queue")
 @click.argument("message_id", metavar="MESSAGE_ID|PREFIX")
 @key_option
-@json_lines_option
+@json_option
 @url_option
 @tls_options
 @friendly_errors
@@ -110,13 +110,13 @@ def show(queue: str, message_id: str, cipher: Any, as_json: bool, url: str | Non
     """
     everything = run_call(url, tls, lambda c: ops.list_messages(queue, url=url, connection=c))
     found = [reveal(m, cipher) for m in by_id_or_prefix(everything, message_id, queue)]
+    if as_json:  # a list: the DLQ may hold several copies of one message_id
+        print_json([view.detail_json(m) for m in found])
+        return
     console = plain_console()
     for m in found:
-        if as_json:
-            click.echo(view.json_line(view.detail_json(m)))
-        else:
-            console.print(view.message_detail(m))
-    if len(found) > 1 and not as_json:
+        console.print(view.message_detail(m))
+    if len(found) > 1:
         console.print(f"{len(found)} messages in the DLQ have this message_id.")
 
 
@@ -131,7 +131,7 @@ def show(queue: str, message_id: str, cipher: Any, as_json: bool, url: str | Non
     "--rate", type=click.FloatRange(min=0, min_open=True), help="At most N messages per second."
 )
 @app_option("Trace each replay with this app's tracing and status (App(tracing=, status=)).")
-@json_lines_option
+@json_option
 @url_option
 @tls_options
 @friendly_errors
@@ -185,18 +185,18 @@ def replay(
                 unblock=unblock,
             ),
         )
-    if dry_run:
-        if as_json:
-            for m in tally.matched:
-                click.echo(view.json_line({**m.summary(), "to": to or m.origin}))
-        else:
-            console = plain_console()
-            console.print(
-                view.message_table(tally.matched, "would move (dry run)", width=console.width)
-            )
-    finish(tally, as_json)
-    if tally.failed:
-        raise click.ClickException(
+    note_unmatched(filters, tally.done)
+    more: dict[str, Any] = {}
+    if dry_run and as_json:
+        more["matched"] = [{**m.summary(), "to": to or m.origin} for m in tally.matched]
+    elif dry_run:
+        console = plain_console()
+        console.print(
+            view.message_table(tally.matched, "would move (dry run)", width=console.width)
+        )
+    finish(tally, as_json, **more)
+    if tally.failed:  # the tally above is the result (under --json, its document)
+        raise Reported(
             f"{tally.failed} message(s) could not be replayed and are still in the DLQ"
         )
 
@@ -211,7 +211,7 @@ def replay(
     is_flag=True,
     help="Remove each exported message from the DLQ, once the file holding it is on disk.",
 )
-@json_lines_option
+@json_option
 @url_option
 @tls_options
 @friendly_errors
@@ -251,6 +251,7 @@ def export(
                 on_progress=progress,
             ),
         )
+    note_unmatched(filters, tally.done)
     finish(tally, as_json)
 
 
@@ -264,7 +265,7 @@ def export(
     help="Put the messages back into the queue they failed in, as replay does.",
 )
 @click.option("--to", metavar="QUEUE", help="With --replay: send to this queue instead.")
-@json_lines_option
+@json_option
 @url_option
 @tls_options
 @friendly_errors
@@ -306,7 +307,7 @@ def import_(
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation (needed without a TTY).")
 @click.option("--dry-run", is_flag=True, help="Count what would be deleted; delete nothing.")
 @app_option("Record deletions in its status store, delete their large payloads, free keys.")
-@json_lines_option
+@json_option
 @url_option
 @tls_options
 @friendly_errors
@@ -348,11 +349,17 @@ def purge(
             ),
         )
         if not preview.done:
-            click.echo(f"nothing to delete in {dlq_queue} {what}")
+            note_unmatched(filters, 0)
+            if as_json:
+                finish(preview, True)
+            else:
+                click.echo(f"nothing to delete in {dlq_queue} {what}")
             return
         keep = f"; the other {preview.skipped} stay" if preview.skipped else ""
         click.confirm(
-            f"Delete {preview.done} message(s) {what} from {dlq_queue}{keep}?", abort=True
+            f"Delete {preview.done} message(s) {what} from {dlq_queue}{keep}?",
+            abort=True,
+            err=as_json,  # stdout holds the JSON document only
         )
         # Only those counted: a message arriving meanwhile is behind them in the queue.
         limit = preview.done
@@ -373,6 +380,7 @@ def purge(
                 tracing=tracing, released=released,
             ),
         )
+    note_unmatched(filters, tally.done)
     if not as_json and filters.active:
         click.echo(f"only messages {what} were considered")
     finish(tally, as_json)

@@ -24,31 +24,32 @@ from ..settings import TLS, resolve_url
 from ..tracing.base import Tracing
 from ..unique.release import purge_releases
 from . import dlq_view as view
-from .common import F
+from .common import F, attach_json, print_json
 from .when import WHEN
 
 T = TypeVar("T")
 
 
-def json_lines_option(fn: F) -> F:
-    return click.option("--json", "as_json", is_flag=True, help="Print one JSON object per line.")(
-        fn
+def unknown_reasons(reasons: frozenset[str]) -> list[str]:
+    """The ``--reason`` values that are neither rabbitq's nor ``broker:<x-death reason>``
+    (pure). Any reason is accepted (a middleware writes its own, large payloads write
+    ``blob-missing``); these only earn a note when nothing matched, in case of a typo."""
+    return sorted(
+        r for r in reasons if r not in REASONS and not (r.startswith("broker:") and len(r) > 7)
     )
 
 
-def check_reasons(
-    _ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]
-) -> tuple[str, ...]:
-    """A typo (``exausted``) must not read as "nothing matches": unknown reasons are an
-    error that lists the known ones."""
-    for value in values:
-        if value not in REASONS and not (value.startswith("broker:") and len(value) > 7):
-            raise click.BadParameter(
-                f"unknown reason {value!r}: use one of {', '.join(REASONS)}, or "
-                f"broker:<x-death reason> such as broker:delivery_limit",
-                param_hint="--reason",
-            )
-    return values
+def note_unmatched(filters: ops.Filters, matched: int) -> None:
+    """One line on stderr when nothing matched and a ``--reason`` is none rabbitq writes
+    (``exausted``): a typo, or a reason no dead letter has (yet)."""
+    if matched or not (odd := unknown_reasons(filters.reasons)):
+        return
+    click.echo(
+        f"note: nothing matched, and rabbitq writes no reason {', '.join(map(repr, odd))} "
+        f"(its reasons: {', '.join(REASONS)}, broker:<x-death reason>; a middleware may "
+        "write others)",
+        err=True,
+    )
 
 
 # x-death reasons RabbitMQ writes, offered after "broker:" (any other is accepted too)
@@ -75,10 +76,9 @@ def filter_options(fn: F) -> F:
             "reasons",
             multiple=True,
             metavar="REASON",
-            callback=check_reasons,
             shell_complete=complete_reasons,
-            help=f"{', '.join(REASONS)}, or broker:<x-death reason> "
-            "such as broker:delivery_limit (repeatable).",
+            help=f"{', '.join(REASONS)}, broker:<x-death reason> such as "
+            "broker:delivery_limit, or any reason a dead letter has (repeatable).",
         ),
         click.option(
             "--message-id", "message_ids", multiple=True, metavar="ID", help="(repeatable)"
@@ -167,15 +167,18 @@ def plain_console() -> Console:
     return Console(highlight=False, width=view.WIDE) if wide else console
 
 
-def finish(tally: ops.Tally, as_json: bool) -> None:
+def finish(tally: ops.Tally, as_json: bool, **more: Any) -> None:
+    """The closing tally: one line of text, or under ``--json`` the command's one
+    document (the tally's fields, and ``more``)."""
     if as_json:
-        click.echo(view.json_line(tally.as_dict()))
+        print_json({**tally.as_dict(), **more})
     else:
         click.echo(view.tally_text(tally))
 
 
 def report_interruption(fn: F) -> F:
-    """Print what an interrupted operation did before its one-line error."""
+    """Print what an interrupted operation did before its one-line error (under
+    ``--json``: in the error's document, as ``tally``)."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -183,7 +186,10 @@ def report_interruption(fn: F) -> F:
             return fn(*args, **kwargs)
         except DlqInterrupted as exc:
             if isinstance(exc.summary, ops.Tally):
-                finish(exc.summary, bool(kwargs.get("as_json")))
+                if kwargs.get("as_json"):
+                    attach_json(exc, tally=exc.summary.as_dict())
+                else:
+                    finish(exc.summary, False)
             raise
 
     return wrapper  # type: ignore[return-value]

@@ -8,7 +8,6 @@ as markup, so ``[bold]`` in a payload stays ``[bold]``.
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from collections.abc import Iterable
@@ -36,11 +35,6 @@ from ..dlq import file as dlq_file
 from ..dlq.text import ERROR_WIDTH, body_text, escape, shorten, value_text
 
 WIDE = 200  # the width of a table printed to a file or a pipe (no terminal to fit)
-
-
-def json_line(data: Any) -> str:
-    """One JSON object per line, ASCII only (no raw control character can get through)."""
-    return json.dumps(data, ensure_ascii=True, separators=(",", ":"), default=str)
 
 
 def age_text(seconds: float | None) -> str:

@@ -5,7 +5,6 @@ decisions: :mod:`rabbitq._ops.doctor`."""
 from __future__ import annotations
 
 import asyncio
-import json
 import sys
 
 import click
@@ -15,7 +14,7 @@ from .._ops.doctor_facts import Finding
 from .._ops.doctor_probe import gather
 from ..loader import load_app
 from ..settings import TLS, Settings
-from .common import friendly_errors, tls_options, url_option
+from .common import friendly_errors, json_option, print_json, tls_options, url_option
 
 # "info", not "ok": an info line states a fact (the broker's behaviour), not a verdict.
 _MARK = {"info": "info", "warning": "WARN", "danger": "DANGER"}
@@ -23,7 +22,7 @@ _MARK = {"info": "info", "warning": "WARN", "danger": "DANGER"}
 
 @click.command()
 @click.argument("app_spec", metavar="MODULE:APP")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@json_option
 @click.option(
     "--management-url",
     metavar="URL",
@@ -73,7 +72,7 @@ def doctor(
     )
     findings = diagnose(facts)
     if as_json:
-        click.echo(json.dumps(_as_json(facts.broker.version, findings)))
+        print_json(_as_json(facts.broker.version, findings))
     else:
         for finding in findings:
             _print(finding)

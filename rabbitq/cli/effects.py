@@ -19,7 +19,7 @@ from ..app import App
 from ..errors import ConfigurationError, missing
 from ..loader import load_app
 from ..settings import TLS, redact_url, url_password
-from .common import friendly_errors, tls_options, url_option
+from .common import friendly_errors, json_option, print_json, tls_options, url_option
 
 log = logging.getLogger("rabbitq.outbox")
 
@@ -40,10 +40,11 @@ def effects() -> None:
 
 @effects.command("init")
 @click.argument("app_spec", metavar="MODULE:APP")
+@json_option
 @url_option
 @tls_options
 @friendly_errors
-def init(app_spec: str, url: str | None, tls: TLS | None) -> None:
+def init(app_spec: str, as_json: bool, url: str | None, tls: TLS | None) -> None:
     """Create the tables of the app's PostgreSQL stores, outbox and status store, and
     check that each store answers; with an outbox, also that the broker its relay
     publishes to answers. Idempotent; the tables are also created on first use. Example:
@@ -58,18 +59,27 @@ def init(app_spec: str, url: str | None, tls: TLS | None) -> None:
     if not targets:
         raise ConfigurationError(f"{app_spec} has no idempotency store, outbox or status store")
 
+    ready: list[str] = []
+
+    def said(line: str) -> None:  # as each answers: a slow one is seen waiting
+        ready.append(line)
+        if not as_json:
+            click.echo(f"ready: {line}")
+
     async def run() -> None:
         for target in targets:
             await target.open()
             await target.close()
-            click.echo(f"ready: {target!r}")
+            said(repr(target))
         if app.outbox is not None:
             broker = app.resolved_url(url)
             connection = await connect_once(broker, name="rabbitq effects init", tls=tls or app.tls)
             await connection.close()
-            click.echo(f"ready: broker {redact_url(broker)} (for the outbox relay)")
+            said(f"broker {redact_url(broker)} (for the outbox relay)")
 
     asyncio.run(run())
+    if as_json:
+        print_json({"ready": ready})
 
 
 @click.group()

@@ -7,7 +7,6 @@ import sys
 from typing import Any
 
 import click
-import orjson
 
 from .. import dlq as ops
 from ..crypto.codec import Cipher, cipher_of
@@ -16,7 +15,7 @@ from ..crypto.rewrap import CLEAR, count_keys, rewrap
 from ..errors import ConfigurationError
 from ..loader import load_app
 from ..settings import TLS
-from .common import friendly_errors, json_option, tls_options, url_option
+from .common import friendly_errors, json_option, print_json, tls_options, url_option
 from .dlq_options import finish, report_interruption, run_call
 
 
@@ -36,7 +35,8 @@ def keys() -> None:
 
 @keys.command()
 @click.option("--id", "key_id", metavar="ID", help="Print it as ID=KEY, as $RABBITQ_KEYS takes.")
-def generate(key_id: str | None) -> None:
+@json_option
+def generate(key_id: str | None, as_json: bool) -> None:
     """Print a new random 256-bit AES key (URL-safe base64).
 
     \b
@@ -44,6 +44,9 @@ def generate(key_id: str | None) -> None:
       export RABBITQ_KEYS="k2=$(rabbitq keys generate),$RABBITQ_KEYS"
     """
     key = Keyring.generate_key()
+    if as_json:
+        print_json({"id": key_id, "key": key})
+        return
     click.echo(f"{key_id}={key}" if key_id else key)
 
 
@@ -69,7 +72,7 @@ def list_(app_spec: str, as_json: bool, url: str | None, tls: TLS | None) -> Non
     _app, cipher, counts = _counts(app_spec, url, tls)
     ring = cipher.keyring
     if as_json:
-        click.echo(_json({"current": ring.current, "ring": list(ring.ids), "dlq": counts}))
+        print_json({"current": ring.current, "ring": list(ring.ids), "dlq": counts})
         return
     click.echo(f"key ring: {', '.join(ring.ids)} (current {ring.current})")
     if not counts:
@@ -85,11 +88,6 @@ def _mark(key_id: str, ring: Keyring) -> str:
     return " (in the ring: 'rabbitq keys rewrap' moves them)" if ring.key(key_id) else " (unknown)"
 
 
-def _json(data: Any) -> str:
-    """One JSON line."""
-    return orjson.dumps(data).decode()
-
-
 @keys.command()
 @click.argument("app_spec", metavar="MODULE:APP")
 @json_option
@@ -102,7 +100,7 @@ def check(app_spec: str, as_json: bool, url: str | None, tls: TLS | None) -> Non
     _app, cipher, counts = _counts(app_spec, url, tls)
     old = {k: n for k, n in counts.items() if k not in (CLEAR, cipher.keyring.current)}
     if as_json:
-        click.echo(_json({"current": cipher.keyring.current, "other_keys": old}))
+        print_json({"current": cipher.keyring.current, "other_keys": old})
     elif old:
         shown = ", ".join(f"{k}: {n}" for k, n in old.items())
         click.echo(f"DLQ messages under other keys than {cipher.keyring.current}: {shown}")

@@ -14,12 +14,11 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
-import orjson
 
 from ..errors import ConfigurationError, missing
 from ..loader import load_app
 from ..settings import TLS
-from .common import F, friendly_errors, tls_options, url_option
+from .common import F, friendly_errors, json_option, print_json, tls_options, url_option
 
 if TYPE_CHECKING:
     from ..effects.outbox import Outbox
@@ -118,7 +117,7 @@ def render(rows: list[PendingRow], now: datetime) -> list[str]:
 @click.argument("app_spec", metavar="MODULE:APP")
 @_selection_options
 @click.option("--limit", type=click.IntRange(0), default=100, show_default=True, help="0: all.")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object per line.")
+@json_option
 @url_option
 @tls_options
 @friendly_errors
@@ -146,21 +145,21 @@ def list_rows(
     rows = _with_outbox(app_spec, lambda o: pending.list_pending(o, selection, limit=limit))
     now = datetime.now(UTC)
     if as_json:
-        for r in rows:
-            click.echo(
-                orjson.dumps(
-                    {
-                        "id": r.id,
-                        "type": r.type,
-                        "key": r.key,
-                        "message_id": r.message_id,
-                        "attempts": r.attempts,
-                        "created_at": r.created_at,
-                        "next_attempt_at": r.next_attempt_at,
-                        "last_error": r.last_error,
-                    }
-                ).decode()
-            )
+        print_json(
+            [
+                {
+                    "id": r.id,
+                    "type": r.type,
+                    "key": r.key,
+                    "message_id": r.message_id,
+                    "attempts": r.attempts,
+                    "created_at": r.created_at,
+                    "next_attempt_at": r.next_attempt_at,
+                    "last_error": r.last_error,
+                }
+                for r in rows
+            ]
+        )
         return
     if not rows:
         click.echo("no pending rows" + (" match" if selection.narrowed else ""))
@@ -173,6 +172,7 @@ def list_rows(
 @click.argument("app_spec", metavar="MODULE:APP")
 @_selection_options
 @click.option("--all", "everything", is_flag=True, help="Every pending row.")
+@json_option
 @url_option
 @tls_options
 @friendly_errors
@@ -182,6 +182,7 @@ def retry_rows(
     type_: str | None,
     failing: bool,
     everything: bool,
+    as_json: bool,
     url: str | None,
     tls: TLS | None,
 ) -> None:
@@ -196,6 +197,9 @@ def retry_rows(
     pending = _pending("retry")
     selection = _selection(pending, ids, type_, failing, everything)
     count = _with_outbox(app_spec, lambda o: pending.retry(o, selection))
+    if as_json:
+        print_json({"retried": count})
+        return
     click.echo(f"{count} row(s) will be tried at once by the relay")
 
 
@@ -204,6 +208,7 @@ def retry_rows(
 @_selection_options
 @click.option("--all", "everything", is_flag=True, help="Every pending row.")
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+@json_option
 @url_option
 @tls_options
 @friendly_errors
@@ -214,6 +219,7 @@ def discard_rows(
     failing: bool,
     everything: bool,
     yes: bool,
+    as_json: bool,
     url: str | None,
     tls: TLS | None,
 ) -> None:
@@ -233,8 +239,13 @@ def discard_rows(
             raise click.ClickException(
                 "refusing to discard rows without --yes when not on a terminal"
             )
-        click.confirm("Delete the selected pending rows for good?", abort=True)
+        click.confirm("Delete the selected pending rows for good?", abort=True, err=as_json)
     gone = _with_outbox(app_spec, lambda o: pending.discard(o, selection))
+    if as_json:
+        print_json(
+            {"discarded": [{"id": i, "type": t, "message_id": m} for i, t, m in gone]}
+        )
+        return
     for row_id, type_name, message_id in gone:
         click.echo(f"discarded row {row_id} ({type_name}) message_id {message_id}")
     click.echo(f"{len(gone)} row(s) discarded")

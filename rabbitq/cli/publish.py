@@ -4,19 +4,24 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from datetime import datetime
+import uuid
+from datetime import UTC, datetime
 from typing import Any
 
 import click
 import orjson
 from pydantic import AliasChoices, BaseModel, ValidationError
 
+from .._amqp.lanes import check_priority
+from .._amqp.outgoing import KEY_STEPS, require_step
 from ..app import App
+from ..errors import ConfigurationError
 from ..ladder.plan import MAX_DELAY, due_in
 from ..loader import load_app
 from ..message import describe, lookup
 from ..settings import TLS
-from .common import friendly_errors, tls_options, url_option
+from ..unique.steps import check_key
+from .common import friendly_errors, json_option, print_json, tls_options, url_option
 from .when import DURATION
 
 
@@ -64,8 +69,9 @@ def _parse_body(app: App, type_name: str, body: str) -> Any:
         ) from None
 
 
-def _when(at: str) -> datetime:
-    """``--at``: an ISO 8601 time with its offset (exit 2 otherwise, before connecting)."""
+def _when(at: str, now: datetime | None = None) -> datetime:
+    """``--at``: an ISO 8601 time with its offset, still to come (exit 2 otherwise, before
+    connecting: a time in the past is a typo more often than a wish to publish now)."""
     try:
         when = datetime.fromisoformat(at)
     except ValueError:
@@ -79,7 +85,49 @@ def _when(at: str) -> datetime:
             f"({at}Z, {at}+01:00)",
             param_hint="--at",
         )
+    now = now or datetime.now(UTC)
+    if when <= now:
+        raise click.BadParameter(
+            f"{at} is in the past (it is {now.astimezone(UTC):%Y-%m-%dT%H:%M:%SZ} now): give "
+            "a later time, or leave --at out to publish now",
+            param_hint="--at",
+        )
     return when
+
+
+def check_options(
+    app: App,
+    *,
+    priority: int,
+    unique_for: float | None,
+    unique_key: str | None,
+    debounce: float | None,
+    delayed: bool,
+) -> None:
+    """``--priority``, ``--unique-for``, ``--unique-key`` and ``--debounce`` checked
+    against each other and the app, with the library's own checks: a wrong one is bad
+    input (exit 2), said before connecting."""
+    if unique_key is not None and unique_for is None and debounce is None:
+        raise click.UsageError("--unique-key needs --unique-for or --debounce")
+    if unique_for is not None and debounce is not None:
+        raise click.UsageError("--unique-for and --debounce do not go together: give one")
+    if debounce is not None and unique_key is None:
+        raise click.UsageError("--debounce needs --unique-key: the key of the burst")
+    if debounce is not None and delayed:
+        raise click.UsageError("--debounce delays the message itself: drop --delay / --at")
+    for name, value in (("--unique-for", unique_for), ("--debounce", debounce)):
+        if value is not None and not value > 0:
+            raise click.BadParameter(f"must be more than 0 seconds, not {value:g}", param_hint=name)
+    try:
+        if unique_key is not None:
+            check_key(unique_key)
+        check_priority(priority, app.priorities)
+        if unique_for is not None or debounce is not None:
+            step = "unique" if debounce is None else "debounce"
+            require_step(app.publish_steps, step, KEY_STEPS[step])
+    except ConfigurationError as exc:  # the library's words, with the option's name
+        text = str(exc).replace("priority=", "--priority ").replace("unique_for", "--unique-for")
+        raise click.UsageError(text.replace("unique_key", "--unique-key")) from None
 
 
 @click.command()
@@ -102,11 +150,30 @@ def _when(at: str) -> datetime:
     "only this app's queue gets it.",
 )
 @click.option(
-    "--json",
-    "as_json",
-    is_flag=True,
-    help="Print one JSON object (message_id, type, exchange, due) instead of a line.",
+    "--priority",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="0 (the lowest) to N-1 for an app with App(priorities=N).",
 )
+@click.option(
+    "--unique-for",
+    type=DURATION,
+    help="Send it only if no message of its key was sent in this window (90s, 10m); "
+    "else print the earlier message's id. Needs an app with a store.",
+)
+@click.option(
+    "--unique-key",
+    metavar="KEY",
+    help="The key of --unique-for [default: the message_id] or of --debounce.",
+)
+@click.option(
+    "--debounce",
+    type=DURATION,
+    help="With --unique-key: handled once, this long after the key's last publish, with "
+    "the last payload. Needs App(debounce=True, backend=...).",
+)
+@json_option
 @url_option
 @tls_options
 @friendly_errors
@@ -118,6 +185,10 @@ def publish(
     correlation_id: str | None,
     delay: float | None,
     at: str | None,
+    priority: int,
+    unique_for: float | None,
+    unique_key: str | None,
+    debounce: float | None,
     as_json: bool,
     url: str | None,
     tls: TLS | None,
@@ -132,12 +203,23 @@ def publish(
         echo '{"to": "a@example.com", "subject": "hi", "body": "x"}' | \\
             rabbitq publish examples.email_service:app email.send - --delay 5m
         rabbitq publish myservice:app reminder.send '{...}' --at 2026-12-01T09:00:00+01:00
+        rabbitq publish myservice:app report.build '{...}' --unique-for 10m --priority 2
+
+    --json prints one object: message_id, type, exchange, due.
     """
     if delay is not None and at is not None:
         raise click.UsageError("--delay and --at do not go together: give one")
     app = load_app(app_spec)
     message = _parse_body(app, type_name, body)
     when = None if at is None else _when(at)
+    check_options(
+        app,
+        priority=priority,
+        unique_for=unique_for,
+        unique_key=unique_key,
+        debounce=debounce,
+        delayed=delay is not None or when is not None,
+    )
     due = None
     if delay is not None or when is not None:
         try:  # a bad delay or time fails before connecting, as bad input (exit 2)
@@ -155,14 +237,20 @@ def publish(
             )
             raise click.BadParameter(text, param_hint=hint) from None
 
+    own = message_id or uuid.uuid4().hex  # as the publisher makes one: to tell a dedup
+
     async def go() -> str:
         async with app.publisher(url=url, tls=tls) as pub:
             return await pub.publish(
                 message,
-                message_id=message_id,
+                message_id=own,
                 correlation_id=correlation_id,
                 delay=delay,
                 at=when,
+                priority=priority,
+                unique_for=unique_for,
+                unique_key=unique_key,
+                debounce=debounce,
             )
 
     mid = asyncio.run(go())
@@ -172,7 +260,11 @@ def publish(
             "type": type_name,
             "exchange": app.exchange,
             "due": None if due is None else due.isoformat(),
+            "deduplicated": mid != own,
         }
-        click.echo(orjson.dumps(document).decode())
+        print_json(document)
+        return
+    if mid != own:  # --unique-for: the key is held by an earlier message
+        click.echo(f"not published: {type_name} message_id={mid} holds its key (--unique-for)")
         return
     click.echo(f"published {type_name} message_id={mid} to exchange {app.exchange!r}")

@@ -17,7 +17,7 @@ from ..errors import ConfigurationError
 from ..loader import load_app
 from ..settings import TLS
 from ..unique.release import KeyRelease, key_release, keys_of, release_all
-from .common import friendly_errors, tls_options, url_option
+from .common import friendly_errors, json_option, print_json, tls_options, url_option
 
 MAX_READ = 1_000_000  # messages taken from one queue at most (a queue that never empties)
 
@@ -73,10 +73,13 @@ async def _purge_freeing(
 @click.argument("app_spec", metavar="MODULE:APP")
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
 @click.option("--dry-run", is_flag=True, help="Only print how many messages would be purged.")
+@json_option
 @url_option
 @tls_options
 @friendly_errors
-def purge(app_spec: str, yes: bool, dry_run: bool, url: str | None, tls: TLS | None) -> None:
+def purge(
+    app_spec: str, yes: bool, dry_run: bool, as_json: bool, url: str | None, tls: TLS | None
+) -> None:
     """Delete every message waiting in the app's main queue (with partitions: in each
     partition's), after asking; print how many went. Messages a worker is handling
     now, the retry queues and the DLQ are left (rabbitq dlq purge empties a DLQ).
@@ -103,7 +106,7 @@ def purge(app_spec: str, yes: bool, dry_run: bool, url: str | None, tls: TLS | N
                 total = sum(d.messages for d in depths)
                 where = ", ".join(names)
                 question = f"Delete the {total} message(s) waiting in {where} for good?"
-                if not await asyncio.to_thread(click.confirm, question):
+                if not await asyncio.to_thread(click.confirm, question, err=as_json):
                     raise click.Abort
             release = key_release(app)
             if release is not None:
@@ -112,7 +115,12 @@ def purge(app_spec: str, yes: bool, dry_run: bool, url: str | None, tls: TLS | N
         finally:
             await connection.close()
 
-    for name, count in asyncio.run(run()):
+    done = asyncio.run(run())
+    if as_json:
+        queues = [{"queue": name, "messages": count} for name, count in done]
+        print_json({"dry_run": dry_run, "queues": queues})
+        return
+    for name, count in done:
         if dry_run:
             click.echo(f"{name}: {count} message(s) would be purged (dry run: nothing deleted)")
         else:

@@ -6,7 +6,6 @@ import asyncio
 from typing import Any
 
 import click
-import orjson
 from rich.console import Console
 from rich.table import Table
 
@@ -26,7 +25,7 @@ from ..loader import load_app
 from ..retry import RetryPolicy, delay_ms
 from ..schedule.plan import progress_queue
 from ..settings import TLS, redact_url, resolve_url
-from .common import friendly_errors, json_option, tls_options, url_option
+from .common import friendly_errors, json_option, print_json, tls_options, url_option
 from .when import DURATION
 
 
@@ -207,7 +206,7 @@ def topology(
     elif found:
         click.echo(f"warning: {orphans.warning(plan, found, app_spec=app_spec)}", err=True)
     if as_json:  # one document: a JSON array of the rows
-        click.echo(orjson.dumps(rows).decode())
+        print_json(rows)
         return
     table = Table(title=f"{'would declare' if dry_run else 'declared'} for {app.queue!r}")
     for column in ("kind", "name", "arguments"):
@@ -267,7 +266,7 @@ def _delete(
             "exchange": {"name": plan.exchange, "state": done.exchange},
             "refusal": done.refusal or None,
         }
-        click.echo(orjson.dumps(document).decode())
+        print_json(document)
         return
     verb = "would delete" if dry_run else "deleted"
     if not rows:
@@ -365,7 +364,7 @@ def stats(
             }
             for d in shown
         ]
-        click.echo(orjson.dumps(document).decode())
+        print_json(document)
         return
     table = Table(title=f"queues of {main_depth.name!r}")
     for column, justify in (

@@ -9,7 +9,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 import click
-import orjson
 from rich.console import Console
 from rich.table import Table
 
@@ -21,7 +20,7 @@ from ..schedule import listing, pause
 from ..schedule.metrics import ScheduleMetrics
 from ..schedule.runner import Scheduler
 from ..settings import TLS, url_password
-from .common import friendly_errors, json_option, tls_options, url_option
+from .common import friendly_errors, json_option, print_json, tls_options, url_option
 
 
 @click.command()
@@ -132,7 +131,7 @@ def list_schedules(app_spec: str, as_json: bool, url: str | None, tls: TLS | Non
     ]
     if as_json:
         leader = {"leading": found.leading, "leader": found.leader, "written": _time(found.written)}
-        click.echo(orjson.dumps({"schedules": rows, **leader}, option=orjson.OPT_INDENT_2))
+        print_json({"schedules": rows, **leader})
         return
     # 80 columns hold it: the next tick is never cut (it is what one looks for), the
     # schedule's "when" wraps first, then the last tick and the name fold.
@@ -156,10 +155,13 @@ def list_schedules(app_spec: str, as_json: bool, url: str | None, tls: TLS | Non
 @schedule.command("pause")
 @click.argument("app_spec", metavar="MODULE:APP")
 @click.argument("name")
+@json_option
 @url_option
 @tls_options
 @friendly_errors
-def pause_schedule(app_spec: str, name: str, url: str | None, tls: TLS | None) -> None:
+def pause_schedule(
+    app_spec: str, name: str, as_json: bool, url: str | None, tls: TLS | None
+) -> None:
     """Pause schedule NAME: no tick of it is published until it is resumed.
 
     Ticks that fall while it is paused are skipped, not caught up on resume. The
@@ -176,6 +178,10 @@ def pause_schedule(app_spec: str, name: str, url: str | None, tls: TLS | None) -
     except ConfigurationError as exc:
         raise click.UsageError(str(exc)) from None
     earlier = asyncio.run(pause.pause(app, name, url=url, tls=tls))
+    if as_json:  # changed: false when it was already paused
+        since = None if earlier is None else _time(earlier.since)
+        print_json({"schedule": name, "paused": True, "changed": earlier is None, "since": since})
+        return
     if earlier is not None:
         click.echo(f"schedule {name} was already paused (since {_time(earlier.since)})")
         return
@@ -188,10 +194,13 @@ def pause_schedule(app_spec: str, name: str, url: str | None, tls: TLS | None) -
 @schedule.command("resume")
 @click.argument("app_spec", metavar="MODULE:APP")
 @click.argument("name")
+@json_option
 @url_option
 @tls_options
 @friendly_errors
-def resume_schedule(app_spec: str, name: str, url: str | None, tls: TLS | None) -> None:
+def resume_schedule(
+    app_spec: str, name: str, as_json: bool, url: str | None, tls: TLS | None
+) -> None:
     """Resume schedule NAME: its next tick is published when due (the ticks that fell
     while it was paused are not caught up).
 
@@ -204,7 +213,10 @@ def resume_schedule(app_spec: str, name: str, url: str | None, tls: TLS | None) 
         pause.check_name(app, name)
     except ConfigurationError as exc:
         raise click.UsageError(str(exc)) from None
-    if asyncio.run(pause.resume(app, name, url=url, tls=tls)):
+    resumed = asyncio.run(pause.resume(app, name, url=url, tls=tls))
+    if as_json:  # changed: false when it was not paused
+        print_json({"schedule": name, "paused": False, "changed": bool(resumed)})
+    elif resumed:
         click.echo(f"schedule {name} resumed: its next tick is published when due")
     else:
         click.echo(f"schedule {name} was not paused")

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 
 import click
-import orjson
 
 from ..app import App
 from ..crypto.codec import cipher_of, shown_text
@@ -17,7 +16,7 @@ from ..loader import load_app
 from ..settings import TLS
 from ..status.group import GroupStatus, group_lines
 from ..status.model import MessageStatus, history_lines
-from .common import friendly_errors, json_option, tls_options, url_option
+from .common import friendly_errors, json_option, print_json, tls_options, url_option
 
 
 async def _read(app: App, message_id: str) -> MessageStatus | GroupStatus | None:
@@ -64,7 +63,7 @@ def status(app_spec: str, message_id: str, as_json: bool, url: str | None, tls: 
         )
     cipher = cipher_of(app)  # an encrypted app's errors: decrypted (docs/privacy.md)
     if as_json:
-        click.echo(orjson.dumps(reveal_tree(found.to_json(), message_id, cipher)).decode())
+        print_json(reveal_tree(found.to_json(), message_id, cipher))
         return
     if isinstance(found, GroupStatus):
         lines = group_lines(found)

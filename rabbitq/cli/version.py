@@ -6,6 +6,8 @@ from importlib.metadata import version as installed_version
 
 import click
 
+from .common import json_option, print_json
+
 VERSION_LINE = "rabbitq %(version)s"
 
 
@@ -15,9 +17,13 @@ def line() -> str:
 
 
 @click.command()
-def version() -> None:
+@json_option
+def version(as_json: bool) -> None:
     """Print rabbitq's version (the same as rabbitq -V and rabbitq --version).
 
-    Example: rabbitq version
+    Example: rabbitq version --json
     """
+    if as_json:
+        print_json({"version": installed_version("rabbitq")})
+        return
     click.echo(line())

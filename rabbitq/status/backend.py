@@ -44,6 +44,16 @@ class GroupReader(Protocol):
         records) and of its callbacks, and the number of members the store holds."""
 
 
+@runtime_checkable
+class IdFinder(Protocol):
+    """A status store that can find the message ids starting with a prefix (both of
+    rabbitq's can): ``rabbitq cancel 6f1c0e2a`` resolves a short id with it."""
+
+    async def ids_starting_with(self, prefix: str, limit: int) -> list[str]:
+        """At most ``limit`` distinct message ids that start with ``prefix`` and have
+        records, sorted (which ones, when more match, is the store's order)."""
+
+
 def status_store(store: Any) -> StatusStore:
     """The status store for ``App(status=store)``: ``store`` itself if it is one, else
     the companion at the ``location`` of a PostgreSQL or Redis store (``PostgresStore``,

@@ -7,7 +7,7 @@ ids are both opaque, and a group's callback may be given an id made from its gro
 
 from __future__ import annotations
 
-from .backend import GroupReader, StatusStore
+from .backend import GroupReader, IdFinder, StatusStore
 from .group import MAX_MEMBERS, GroupStatus, fold_group
 from .model import MessageStatus, fold
 
@@ -25,6 +25,14 @@ async def group_status(
     if not isinstance(store, GroupReader):
         return None
     return fold_group(group_id, await store.read_group(group_id, limit))
+
+
+async def ids_starting_with(store: StatusStore, prefix: str, *, limit: int) -> list[str] | None:
+    """At most ``limit`` message ids with records that start with ``prefix`` (sorted);
+    None if ``store`` cannot search ids (:class:`~rabbitq.status.backend.IdFinder`)."""
+    if not prefix or not isinstance(store, IdFinder):
+        return None
+    return sorted(await store.ids_starting_with(prefix, limit))[:limit]
 
 
 async def lookup(store: StatusStore, key: str) -> MessageStatus | GroupStatus | None:

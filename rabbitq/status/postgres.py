@@ -87,6 +87,13 @@ class StatusSql:
             "  callback_of FROM {} WHERE message_id = %(m)s ORDER BY at, id"
         ).format(sql.Identifier(self.table))
 
+    def select_ids(self) -> sql.Composed:
+        """The distinct message ids starting with ``p`` (a LIKE pattern, escaped)."""
+        return sql.SQL(
+            "SELECT DISTINCT message_id FROM {} WHERE message_id LIKE %(p)s ESCAPE '\\'"
+            " ORDER BY message_id LIMIT %(limit)s"
+        ).format(sql.Identifier(self.table))
+
     def select_group(self) -> sql.Composed:
         """Every record of the first ``limit`` members (by id) of group ``g`` and of its
         callbacks, in any order (the fold orders them): the members and callbacks through
@@ -174,6 +181,14 @@ class PostgresStatus:
             Record(message_id, state, at, attempt, detail or {}, group_id, callback_of)
             for state, at, attempt, detail, group_id, callback_of in rows
         ]
+
+    async def ids_starting_with(self, prefix: str, limit: int) -> list[str]:
+        """At most ``limit`` message ids starting with ``prefix``, sorted."""
+        pattern = "".join("\\" + c if c in "%_\\" else c for c in prefix) + "%"
+        async with self.db.connection() as conn:
+            cur = await conn.execute(self.sql.select_ids(), {"p": pattern, "limit": limit})
+            rows = await cur.fetchall()
+        return [message_id for (message_id,) in rows]
 
     async def read_group(self, group_id: str, limit: int) -> GroupRecords:
         """The records of the first ``limit`` members of ``group_id`` (by message id) and

@@ -144,6 +144,21 @@ class RedisStatus:
             raise StoreUnavailable(f"{self!r}: read failed: {exc}") from exc
         return [_record(message_id, entry) for item in raw for entry in orjson.loads(item)]
 
+    async def ids_starting_with(self, prefix: str, limit: int) -> list[str]:
+        """At most ``limit`` message ids starting with ``prefix`` (``SCAN MATCH``: it
+        walks the keyspace, for an operator's command, not a message's path)."""
+        found: set[str] = set()
+        pattern = _glob_escape(self.key_prefix + prefix) + "*"
+        try:
+            async for key in self._redis().scan_iter(match=pattern, count=1000):
+                text = key.decode("utf-8", "replace") if isinstance(key, bytes) else str(key)
+                found.add(text[len(self.key_prefix) :])
+                if len(found) >= limit:
+                    break
+        except (RedisError, OSError) as exc:
+            raise StoreUnavailable(f"{self!r}: read failed: {exc}") from exc
+        return sorted(found)
+
     async def read_group(self, group_id: str, limit: int) -> GroupRecords:
         """The records of at most ``limit`` members of ``group_id`` (which ones, when it
         has more, is the set's scan order) and of its callbacks; ``SCARD`` counts them."""
@@ -184,6 +199,11 @@ class RedisStatus:
             async for key in client.scan_iter(match=prefix + "*", count=1000):
                 deleted += await client.delete(key)
         return deleted
+
+
+def _glob_escape(text: str) -> str:
+    """``text`` matched literally in a Redis ``MATCH`` pattern."""
+    return "".join("\\" + c if c in "*?[]\\" else c for c in text)
 
 
 async def _scan(client: aioredis.Redis, key: str, limit: int) -> list[str]:

@@ -29,7 +29,9 @@ async def test_one_line_per_id_and_json(redis_prefix: str) -> None:
     )
     await status.close()
     env = {"RABBITQ_TEST_CANCEL_PREFIX": redis_prefix}
-    result = await run_cli_async("cancel", f"{APP}:app", "m-done", "m-wait", "m-none", env=env)
+    result = await run_cli_async(
+        "cancel", f"{APP}:app", "m-done", "m-wait", "m-none", "--unknown-ok", env=env
+    )
     assert result.returncode == 0, result.stderr
     again = await run_cli_async("cancel", f"{APP}:app", "m-wait", "--json", env=env)
     assert again.returncode == 0, again.stderr

@@ -8,7 +8,8 @@ import io
 from rich.console import Console
 
 from rabbitq._amqp import headers as h
-from rabbitq.cli.dlq_view import json_line, message_detail, message_table, tally_text
+from rabbitq.cli.common import json_text
+from rabbitq.cli.dlq_view import message_detail, message_table, tally_text
 from rabbitq.dlq import DeadMessage, Tally
 from rabbitq.dlq.text import body_text, escape
 
@@ -48,8 +49,8 @@ def test_a_body_is_shown_as_json_else_text_else_hex():
     assert body_text(b"\xff\x00") == ("binary, 2 bytes", "ff 00")
 
 
-def test_json_lines_are_ascii_only():
-    assert json_line({"e": HOSTILE}).isascii()
+def test_json_output_is_ascii_only():
+    assert json_text({"e": HOSTILE}).isascii()
 
 
 def test_the_summary_names_moved_skipped_failed_and_possible_duplicates():

@@ -10,7 +10,7 @@ import rabbitq.errors
 import rabbitq.testing
 
 # Imported by rabbitq/__init__.py for its own use, not re-exported.
-NOT_EXPORTED = {"version", "PackageNotFoundError", "annotations"}
+NOT_EXPORTED = {"version", "PackageNotFoundError", "annotations", "Any", "TYPE_CHECKING"}
 
 
 def test_every_name_in_all_exists():
@@ -23,6 +23,11 @@ def test_all_lists_each_name_once_in_sorted_order():
 
 
 def test_every_name_imported_into_the_package_is_exported_and_vice_versa():
+    # The names are imported on first use (PEP 562: rabbitq --version imports none):
+    # the package's table of them is __all__, and once used they are its attributes.
+    assert set(rabbitq._FROM) == set(rabbitq.__all__) - {"__version__"}
+    for name in rabbitq.__all__:
+        getattr(rabbitq, name)
     imported = {
         name
         for name, value in vars(rabbitq).items()

@@ -299,7 +299,10 @@ async def test_a_replay_cut_half_way_then_run_again_loses_nothing_and_reports_du
         first = await asyncio.wait_for(command, timeout=60)  # never leave it running
         await proxy.close()
     assert first.exit_code == 1, first.output
-    summary = next(orjson.loads(line) for line in first.output.splitlines() if line[:1] == "{")
+    # --json: one document, the error with what the cut run did (docs/cli.md, JSON output)
+    document = next(orjson.loads(line) for line in first.output.splitlines() if line[:1] == "{")
+    assert document["exit_code"] == 1 and "closed during replay" in document["error"]
+    summary = document["tally"]
     error = first.output.splitlines()[-1]
     assert error.startswith("Error: the connection to amqp://guest:***@127.0.0.1:")
     assert "closed during replay" in error
@@ -500,7 +503,7 @@ async def test_cli_list_show_replay_and_purge(setup, connection, broker_url):
         assert "\x1b" not in result.output and "\r" not in result.output
         return result.output
 
-    rows = [orjson.loads(line) for line in (await run("list", app.queue, "--json")).splitlines()]
+    rows = orjson.loads(await run("list", app.queue, "--json"))  # one document: an array
     assert [r["message_id"] for r in rows] == ["m00000", "m00001", "m00002"]
     assert rows[1]["reason"] == "exhausted" and rows[1]["queue"] == app.queue
 

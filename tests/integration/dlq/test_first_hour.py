@@ -19,10 +19,13 @@ from tests.helpers import run_cli_async
 pytestmark = pytest.mark.broker
 
 
-def dead(queue: str, message_id: str, *, type_name: str = "email.send", n: int = 0):
+def dead(
+    queue: str, message_id: str, *, type_name: str = "email.send", n: int = 0,
+    reason: str = "exhausted",
+):  # fmt: skip
     headers = h.dead_letter_headers(
         {},
-        reason="exhausted",
+        reason=reason,
         error="TimeoutError: smtp timed out after 30 s while talking to mail.example.com",
         traceback="Traceback (most recent call last):\n  ...\nTimeoutError",
         queue=queue,
@@ -85,14 +88,14 @@ async def test_replay_moves_both_messages_that_share_a_message_id_as_its_dry_run
         "dlq", "replay", queue, *select, "--dry-run", "--json", url=broker_url, columns=80
     )
     assert dry.returncode == 0, dry.stderr
-    dry_tally = orjson.loads(dry.stdout.splitlines()[-1])
+    dry_tally = orjson.loads(dry.stdout)  # one document: the tally and what matched
     assert (dry_tally["done"], dry_tally["skipped"]) == (2, 0)
 
     real = await run_cli_async(
         "dlq", "replay", queue, *select, "--json", url=broker_url, columns=80
     )
     assert real.returncode == 0, real.stderr
-    tally = orjson.loads(real.stdout.splitlines()[-1])
+    tally = orjson.loads(real.stdout)
     assert (tally["done"], tally["skipped"]) == (dry_tally["done"], dry_tally["skipped"])
     assert await depth(connection, f"{queue}.dlq") == 0
     assert await depth(connection, queue) == 2
@@ -129,7 +132,8 @@ async def test_show_accepts_a_unique_prefix_of_the_id(broker_url, connection, qu
         "dlq", "show", queue, "4f1c0e", "--json", url=broker_url, columns=80
     )
     assert result.returncode == 0, result.stderr
-    assert orjson.loads(result.stdout)["message_id"] == "4f1c0e9d2b6a4e0c8f7a1b2c3d4e5f60"
+    (shown,) = orjson.loads(result.stdout)  # an array: the messages with that id
+    assert shown["message_id"] == "4f1c0e9d2b6a4e0c8f7a1b2c3d4e5f60"
 
 
 async def test_show_says_when_a_prefix_is_ambiguous_and_names_the_candidates(
@@ -145,23 +149,42 @@ async def test_show_says_when_a_prefix_is_ambiguous_and_names_the_candidates(
     assert await depth(connection, f"{queue}.dlq") == 2  # reading changes nothing
 
 
-# -- item 9: an unknown reason is an error that lists the known ones -----------------
+# -- a reason none of rabbitq's matches nothing: a one-line note with the known ones ----
+# (issue 41 item 3: any reason a dead letter has is selectable; a typo earns a note)
 
 
 @pytest.mark.parametrize("command", ["list", "replay", "purge", "export"])
-async def test_an_unknown_reason_is_rejected_with_the_known_ones(
+async def test_an_unknown_reason_that_matches_nothing_is_noted_with_the_known_ones(
     broker_url, queue, command, tmp_path
 ):
     extra = [str(tmp_path / "out.jsonl")] if command == "export" else []
+    yes = ["--yes"] if command == "purge" else []
     result = await run_cli_async(
-        "dlq", command, queue, *extra, "--reason", "exausted", url=broker_url, columns=80
+        "dlq", command, queue, *extra, *yes, "--reason", "exausted", url=broker_url, columns=80
     )
-    assert result.returncode == 2, result.stdout + result.stderr
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1, result.stderr
+    assert result.returncode == 0, result.stdout + result.stderr
+    (note,) = [line for line in result.stderr.splitlines() if line.startswith("note:")]
     for known in ("exhausted", "permanent", "invalid", "unknown-type", "broker:"):
-        assert known in lines[0]
-    assert "'exausted'" in lines[0]
+        assert known in note
+    assert "'exausted'" in note
+
+
+@pytest.mark.parametrize("reason", ["blob-missing", "fraud-check"])
+async def test_a_reason_rabbitq_does_not_list_selects_the_dead_letters_that_have_it(
+    broker_url, connection, queue, reason
+):
+    """``blob-missing`` (large payloads) and a middleware's own reason are selectable."""
+    await fill(connection, queue, dead(queue, "m-odd", reason=reason), dead(queue, "m-plain"))
+    result = await run_cli_async(
+        "dlq", "list", queue, "--reason", reason, "--json", url=broker_url, columns=80
+    )
+    assert result.returncode == 0, result.stderr
+    assert [m["message_id"] for m in orjson.loads(result.stdout)] == ["m-odd"]
+    assert "note:" not in result.stderr  # it matched: no typo to suspect
+
+    moved = await run_cli_async("dlq", "replay", queue, "--reason", reason, url=broker_url)
+    assert moved.returncode == 0, moved.stderr
+    assert await depth(connection, queue) == 1 and await depth(connection, f"{queue}.dlq") == 1
 
 
 async def test_a_broker_reason_is_still_accepted(broker_url, queue):

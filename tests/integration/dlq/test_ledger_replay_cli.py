@@ -66,14 +66,14 @@ async def dead(queue: str, broker_url: str) -> list[dict]:
     """``rabbitq dlq list QUEUE --json``: the DLQ's messages, oldest first."""
     done = await run_cli_async("dlq", "list", queue, "--limit", "0", "--json", url=broker_url)
     assert done.returncode == 0, done.stderr
-    return [json.loads(line) for line in done.stdout.splitlines() if line.strip()]
+    return json.loads(done.stdout)  # one document: an array
 
 
 async def replayed(queue: str, message_id: str, broker_url: str) -> list[int]:
     """``rabbitq-replayed`` of each DLQ copy of ``message_id`` (``dlq show --json``)."""
     done = await run_cli_async("dlq", "show", queue, message_id, "--json", url=broker_url)
     assert done.returncode == 0, done.stderr
-    records = [json.loads(line)["record"] for line in done.stdout.splitlines() if line.strip()]
+    records = [m["record"] for m in json.loads(done.stdout)]  # an array of the copies
     return [int(r["headers"].get("rabbitq-replayed", 0)) for r in records]
 
 
