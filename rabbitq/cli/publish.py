@@ -76,7 +76,7 @@ def _when(at: str, now: datetime | None = None) -> datetime:
         when = datetime.fromisoformat(at)
     except ValueError:
         raise click.BadParameter(
-            f"not an ISO 8601 time: {at!r} (for example 2026-12-01T09:00:00+01:00)",
+            f"not an ISO 8601 time: {at!r} (for example 2030-12-01T09:00:00+01:00)",
             param_hint="--at",
         ) from None
     if when.tzinfo is None or when.utcoffset() is None:
@@ -146,7 +146,7 @@ def check_options(
     "--at",
     "at",
     metavar="ISO-8601",
-    help="Deliver at this time, with its offset (2026-12-01T09:00:00+01:00 or ...Z); "
+    help="Deliver at this time, with its offset (2030-12-01T09:00:00+01:00 or ...Z); "
     "only this app's queue gets it.",
 )
 @click.option(
@@ -202,7 +202,7 @@ def publish(
             '{"to": "a@example.com", "subject": "hi", "body": "hello"}'
         echo '{"to": "a@example.com", "subject": "hi", "body": "x"}' | \\
             rabbitq publish examples.email_service:app email.send - --delay 5m
-        rabbitq publish myservice:app reminder.send '{...}' --at 2026-12-01T09:00:00+01:00
+        rabbitq publish myservice:app reminder.send '{...}' --at 2030-12-01T09:00:00+01:00
         rabbitq publish myservice:app report.build '{...}' --unique-for 10m --priority 2
 
     --json prints one object: message_id, type, exchange, due.
