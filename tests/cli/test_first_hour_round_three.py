@@ -81,7 +81,7 @@ def json_tool(text: str) -> object:
 EXAMPLES = {
     ("topology",): "      rabbitq topology myservice:app --delete --dry-run\n",
     ("publish",): "      rabbitq publish myservice:app reminder.send '{...}' "
-    "--at 2026-12-01T09:00:00+01:00\n",
+    "--at 2030-12-01T09:00:00+01:00\n",
     ("status",): "      rabbitq status myservice:app 6f1c0e2a9b3d4c5e8f7a6b5c4d3e2f1a --json\n",
     ("stats",): "      rabbitq stats myservice:app --json | python -m json.tool\n",
     ("doctor",): "      rabbitq doctor myservice:app --management-url http://rabbit:15672\n",
