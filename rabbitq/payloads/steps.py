@@ -67,16 +67,20 @@ class Offload:
                 log.warning("large payload %s kept: its publish may have been stored (%s)",
                             ref.id, exc)  # fmt: skip
             raise
-        await _release(holding)
-        try:
+        try:  # marked sent while the lease still holds: a publisher killed between the
+            # confirm and this mark must not leave a blob whose lease ran out meanwhile
+            # (the release awaits a renewal in flight, which may take a while)
             await self.store.sent(ref.id)
         except Exception as exc:  # sent anyway: the fetch marks it, well before a sweep
             log.warning("large payload %s sent, not marked sent yet: %s", ref.id, exc)
+        finally:  # renewing a sent blob changes nothing (renew moves pending ones only)
+            await _release(holding)
         return message_id
 
 
 async def _release(holding: asyncio.Task[None]) -> None:
-    """The publish ended: stop renewing (before the blob is marked sent or deleted)."""
+    """The publish ended: stop renewing (a failed one's before its blob is deleted or
+    kept; a confirmed one's once its blob is marked sent)."""
     holding.cancel()
     await asyncio.gather(holding, return_exceptions=True)
 

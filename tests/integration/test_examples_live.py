@@ -281,7 +281,9 @@ async def test_the_cli_refuses_a_capture_that_no_queue_would_receive(broker_url,
     assert proc.returncode == 1
     assert proc.stderr.strip().splitlines() == [
         f"Error: no queue is bound to exchange {examples_exchange!r} with routing key "
-        "'payment.capture'; nothing was stored"
+        "'payment.capture'; nothing was stored; queue 'example-payments' is not declared "
+        "yet: start a worker of this app or run 'rabbitq topology "
+        "examples.payment_service:app' first"
     ]
 
 

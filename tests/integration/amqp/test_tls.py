@@ -7,6 +7,7 @@ certificate, and a second, unrelated CA to show what a wrong CA looks like."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import subprocess
@@ -218,7 +219,7 @@ def test_the_cli_reads_the_tls_files_from_the_environment_and_from_options(broke
     assert PASSWORD not in done.output
     done = cli("doctor", f"{MODULE}:app", "--url", url, "--json", *options)
     assert done.exit_code in (0, 1), done.output  # 1: a danger found, not a failure
-    assert '"broker_version": "3.' in done.output, done.output
+    assert json.loads(done.output)["broker_version"].startswith("3."), done.output
 
 
 @pytest.mark.parametrize("command", ["doctor", "console", "stats"])

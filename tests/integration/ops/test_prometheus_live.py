@@ -110,7 +110,7 @@ def sample(metrics: Metrics, name: str, **labels: str) -> float:
 
 
 async def requeue_once(proxy: FaultyProxy, app, metrics: Metrics, pub: Publisher,
-                       gate: asyncio.Event) -> None:  # fmt: skip
+                       gate: asyncio.Event, failed: asyncio.Event) -> None:  # fmt: skip
     """A retry copy the broker never confirms: the delivery goes back to its queue.
 
     The worker reaches the broker through ``proxy``. A "gated" job's handler waits at
@@ -127,8 +127,9 @@ async def requeue_once(proxy: FaultyProxy, app, metrics: Metrics, pub: Publisher
                    timeout=DEADLINE)  # fmt: skip
     proxy.stall()
     gate.set()
-    await wait_for(lambda: sample(metrics, "rabbitq_messages_in_flight", **in_flight) == 0,
-                   timeout=DEADLINE)  # fmt: skip
+    # Its handler failed (the delivery stays in flight until its copy is confirmed and
+    # it is acked: rabbitq_messages_in_flight counts a delivery until it is settled).
+    await asyncio.wait_for(failed.wait(), timeout=DEADLINE)
     await asyncio.sleep(0.5)  # the copy is in the stalled connection, unconfirmed
     assert proxy.cut() >= 1
     requeued = {"queue": app.queue, "type": Job.type_name()}
@@ -195,7 +196,7 @@ async def test_every_dashboard_query_and_alert_returns_series_from_a_real_worker
     # exists, as it does for any app with a store.
     store = RedisStore(key_prefix=f"t:{uuid.uuid4().hex[:10]}:", retention=60)
     app = make_app(retry=RetryPolicy(delays=(0.2, 0.4)), prefetch=8, idempotency=store)
-    gate = asyncio.Event()
+    gate, failed_gated = asyncio.Event(), asyncio.Event()
 
     # Limits, so that the rate-limit panels have series (only limited handlers do).
     @app.handler(Job, timeout=10, rate_limit="1000/s", concurrency=2)
@@ -207,6 +208,8 @@ async def test_every_dashboard_query_and_alert_returns_series_from_a_real_worker
             return
         if job.plan == "permanent":
             raise PermanentError("declined")
+        if job.plan == "gated":
+            failed_gated.set()
         raise RuntimeError("provider unavailable")
 
     # A batch handler, so that the batch sizes panel has series (only batch handlers do).
@@ -234,7 +237,7 @@ async def test_every_dashboard_query_and_alert_returns_series_from_a_real_worker
                 await wait_for(prom.ready, timeout=DEADLINE)
                 await wait_for(lambda: _equals(prom, 'up{job="rabbitq"}', 1), timeout=DEADLINE)
                 async with Publisher(app, url=broker_url, hooks=metrics) as pub:
-                    await requeue_once(proxy, app, metrics, pub, gate)
+                    await requeue_once(proxy, app, metrics, pub, gate, failed_gated)
                     await publish_mix(broker_url, app, pub)
 
                 # The worker has settled everything, and Prometheus has scraped that.

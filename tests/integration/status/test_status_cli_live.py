@@ -119,7 +119,8 @@ def test_purge_with_app_frees_the_unique_keys_of_what_it_deletes(service, broker
 
     async def take(key: str, message_id: str) -> str | None:
         try:
-            return await keys.take(key, message_id, 3600)
+            held = await keys.take(key, message_id, 3600)
+            return None if held is None else held.message_id
         finally:
             await keys.close()
 
