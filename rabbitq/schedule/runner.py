@@ -38,6 +38,7 @@ from typing import TypeVar
 import aio_pika
 import aiormq
 from aio_pika.abc import AbstractChannel, AbstractConnection
+from pamqp.commands import Basic
 
 from .._amqp.connection import connect_once
 from ..crypto.codec import cipher_of
@@ -59,6 +60,26 @@ LEASE_RETRY = 1.0  # seconds between attempts to take the lease
 # connections' 15 s).
 LEASE_HEARTBEAT = 5
 MAX_SLEEP = 5.0  # the loop looks at the wall clock at least this often
+# The fence (docs/schedules.md, "Through a network partition"): before every commit the
+# leader takes the progress record back from its quorum queue, and commits only if it is
+# the one it wrote last. It commits at least every RENEW seconds, ticks or not.
+RENEW = 1.0
+# A scheduler that lost the fence to another leader leads again only once the record
+# has stood still this long (its writer stopped renewing): no ping-pong of two leaders.
+LEASE_PERIOD = 3.0
+FENCE_TIMEOUT = 5.0  # a read of the record must answer within this, or the leader steps down
+FENCE_TRIES = 5  # a record absent (another reader has it for a moment): looks, 0.2 s apart
+FENCE_RETRY = 0.2
+# At takeover, a record absent from an existing progress queue is waited for this long:
+# a leader's commit in flight holds it until it completes or times out.
+ABSENT_AT_TAKEOVER = 15.0
+
+
+class LeaseLost(Exception):
+    """The fence failed: another leader committed since this one's last commit, or the
+    record could not be taken back."""
+
+
 # What ends a leadership (the scheduler then contends again): the broker's errors, a
 # lost connection, a commit not confirmed in time. (aiormq reports a channel whose
 # connection went away as ChannelInvalidStateError, a RuntimeError.)
@@ -69,6 +90,7 @@ LOST = (
     OSError,
     TimeoutError,
     BrokerUnavailable,
+    LeaseLost,
 )
 
 
@@ -140,6 +162,9 @@ class Scheduler:
         self._published: dict[str, datetime] = {}
         self._last_error: str | None = None
         self._connection: AbstractConnection | None = None  # the leader's, for pauses
+        self._written: datetime | None = None  # `written` of this leadership's last record
+        self._committed_at = 0.0  # (loop time) of its last commit
+        self._yielded = False  # lost the fence to another leader: wait for a quiet record
 
     async def run(self) -> None:
         """Contend and lead, reconnecting after any loss, until cancelled (at once for
@@ -189,6 +214,7 @@ class Scheduler:
     async def _session(self, connection: AbstractConnection) -> None:
         channel = await connection.channel(publisher_confirms=False)
         await channel.declare_exchange(self.app.exchange, aio_pika.ExchangeType.TOPIC, durable=True)
+        fresh = not await self._progress_exists(connection)
         await channel.declare_queue(
             plan.progress_queue(self.app.queue),
             durable=True,
@@ -197,7 +223,66 @@ class Scheduler:
         await channel.close()
         while not await self._take_lease(connection):
             await asyncio.sleep(self.retry_interval)
-        await self._lead(connection)
+        if self._yielded:
+            await self._await_quiet(connection)
+        await self._lead(connection, fresh=fresh)
+
+    async def _progress_exists(self, connection: AbstractConnection) -> bool:
+        """Whether the progress queue exists already (a passive declare, on a channel
+        of its own: a missing queue closes it). A new one has no record to wait for."""
+        channel = await connection.channel(publisher_confirms=False)
+        try:
+            await channel.declare_queue(plan.progress_queue(self.app.queue), passive=True)
+        except aiormq.exceptions.ChannelNotFoundEntity:
+            return False
+        with contextlib.suppress(Exception):
+            await channel.close()
+        return True
+
+    async def _await_quiet(self, connection: AbstractConnection) -> None:
+        """Watch the progress record (each read returned at once) until it has stood
+        still for :data:`LEASE_PERIOD`: the leader that took the schedules from this
+        one has stopped renewing them."""
+        log.info("another leader took the schedules of %s; standing by", self.app.queue)
+        loop = asyncio.get_running_loop()
+        seen: object = object()
+        since = loop.time()
+        while True:
+            channel = await connection.channel(publisher_confirms=False)
+            underlay = await channel.get_underlay_channel()
+            async with asyncio.timeout(FENCE_TIMEOUT):
+                found = await tick_tx.read_progress(underlay, plan.progress_queue(self.app.queue))
+            for tag in found.tags:
+                await underlay.basic_reject(tag, requeue=True)
+            await channel.close()
+            writer = plan.writer_of(plan.merge(found.records) if found.records else None)
+            now = loop.time()
+            if writer != seen:
+                seen, since = writer, now
+            elif plan.lease_expired(since, now, LEASE_PERIOD):
+                return
+            await asyncio.sleep(RENEW / 2)
+
+    async def _read_at_takeover(
+        self, tx: aiormq.abc.AbstractChannel, *, fresh: bool
+    ) -> tick_tx.Found:
+        """Every progress record, held until the first commit. An existing queue
+        without one is looked at again for up to :data:`ABSENT_AT_TAKEOVER`: a leader's
+        commit in flight holds its record until it completes or fails."""
+        queue = plan.progress_queue(self.app.queue)
+        deadline = asyncio.get_running_loop().time() + (0.0 if fresh else ABSENT_AT_TAKEOVER)
+        while True:
+            async with asyncio.timeout(FENCE_TIMEOUT):
+                found = await tick_tx.read_progress(tx, queue)
+            if found.records or fresh:
+                return found
+            if asyncio.get_running_loop().time() >= deadline:
+                log.warning(
+                    "the progress record of %s is not there; its schedules start from now",
+                    self.app.queue,
+                )
+                return found
+            await asyncio.sleep(0.5)
 
     async def _take_lease(self, connection: AbstractConnection) -> bool:
         channel = await connection.channel(publisher_confirms=False)
@@ -209,8 +294,9 @@ class Scheduler:
             return False  # another connection holds it (the broker closed this channel)
         return True
 
-    async def _lead(self, connection: AbstractConnection) -> None:
+    async def _lead(self, connection: AbstractConnection, *, fresh: bool = False) -> None:
         self._connection = connection
+        self._written = None
         channel = await connection.channel(publisher_confirms=False)
         tx = await channel.get_underlay_channel()
         await tx.tx_select()
@@ -219,7 +305,8 @@ class Scheduler:
         self.metrics.leading.set(1)
         self.metrics.takeovers.inc()
         now = self.clock()
-        found = await tick_tx.read_progress(tx, plan.progress_queue(self.app.queue))
+        found = await self._read_at_takeover(tx, fresh=fresh)
+        self._yielded = False
         progress = plan.merge(found.records)
         self._published = dict(progress.published)
         through = dict(progress.ticks)
@@ -249,11 +336,16 @@ class Scheduler:
             ", ".join(self.app.schedules) or "none",
             self.name,
         )
+        loop = asyncio.get_running_loop()
         while True:
             _, name, tick = heads[0]
             wait = (tick - self.clock()).total_seconds()
-            if wait > 0:
-                await asyncio.sleep(min(wait, MAX_SLEEP))
+            renew = RENEW - (loop.time() - self._committed_at)
+            if wait > 0 and renew > 0:
+                await asyncio.sleep(min(wait, renew, MAX_SLEEP))
+                continue
+            if wait > 0:  # no tick due: renew the hold (the fence, and a record)
+                await self._commit(channel, [], acks=[])
                 continue
             await self._tick(channel, self.app.schedules[name], tick)
             heapq.heapreplace(heads, _head(next(ticks[name]), name))
@@ -309,7 +401,11 @@ class Scheduler:
         acks: list[int],
     ) -> None:
         """The tick's messages, the progress record and the acks of the records read at
-        takeover, in one transaction (:func:`rabbitq.schedule.tick.commit`)."""
+        takeover, in one transaction (:func:`rabbitq.schedule.tick.commit`); after the
+        first commit, only if the fence holds (:meth:`_fence`), its record acked in it."""
+        tx = await channel.get_underlay_channel()
+        if self._written is not None:
+            acks = [*acks, await self._fence(tx)]
         record = plan.Progress(
             ticks=self._progress.ticks,
             published=self._published,
@@ -318,7 +414,7 @@ class Scheduler:
         )
         try:
             await tick_tx.commit(
-                await channel.get_underlay_channel(),
+                tx,
                 exchange=self.app.exchange,
                 progress_queue=plan.progress_queue(self.app.queue),
                 sends=sends,
@@ -329,6 +425,31 @@ class Scheduler:
         except Exception:  # (a cancelled commit is not a doubt: the next leader reads it)
             self.metrics.unconfirmed.inc()
             raise
+        self._written = record.written
+        self._committed_at = asyncio.get_running_loop().time()
+
+    async def _fence(self, tx: aiormq.abc.AbstractChannel) -> int:
+        """Take the progress record back (unacked, on the transaction's channel) and
+        return its delivery tag if it is the one this leader wrote last; raise
+        :class:`LeaseLost` otherwise. The record lives in a quorum queue: a get is a
+        Raft command, so of two leaders only one can hold the latest record, and
+        whoever commits after the other finds the other's record and steps down."""
+        queue = plan.progress_queue(self.app.queue)
+        for _ in range(FENCE_TRIES):
+            async with asyncio.timeout(FENCE_TIMEOUT):
+                got = await tx.basic_get(queue, no_ack=False)
+            if isinstance(got.delivery, Basic.GetOk):
+                assert got.delivery.delivery_tag is not None
+                record = plan.decode_progress(got.body)
+                if plan.fence(record, leader=self.name, written=self._written) == "held":
+                    return got.delivery.delivery_tag
+                self._yielded = record is not None
+                who = record.leader if record is not None and record.leader else "someone else"
+                raise LeaseLost(
+                    f"{who} committed the schedules of {self.app.queue} since this leader"
+                )
+            await asyncio.sleep(FENCE_RETRY)
+        raise LeaseLost(f"the progress record of {self.app.queue} stayed away (held elsewhere)")
 
 
 async def beside(main: Awaitable[T], scheduler: Scheduler | None) -> T:
