@@ -19,8 +19,15 @@ within ``tick.COMMIT_TIMEOUT`` (10 s: a broker that lost its quorum, a partition
 leader step down: the tick may or may not have been published, the next leader
 publishes it again under the same derived ``message_id`` (a consumer with an
 idempotency store runs it once), and the doubt is counted in
-``rabbitq_schedule_publish_unconfirmed_total``. Why this holds through a network
-partition: docs/schedules.md.
+``rabbitq_schedule_publish_unconfirmed_total``.
+
+The exclusive queue is not a fence in a partial partition (each side's Mnesia keeps its
+own, so two processes hold it). Before every commit the leader therefore takes the
+progress record back, unacked, from its quorum queue and commits only if it is the one
+it wrote last (:func:`rabbitq.schedule.plan.fence`); it renews it every :data:`RENEW`
+seconds. A leader that finds another's record publishes nothing, steps down
+(:class:`LeaseLost`) and stands by until the record has stood still for
+:data:`LEASE_PERIOD`. Why this holds: docs/schedules.md, "Through a network partition".
 """
 
 from __future__ import annotations
