@@ -24,10 +24,9 @@ idempotency store runs it once), and the doubt is counted in
 The exclusive queue is not a fence in a partial partition (each side's Mnesia keeps its
 own, so two processes hold it). Before every commit the leader therefore takes the
 progress record back, unacked, from its quorum queue and commits only if it is the one
-it wrote last (:func:`rabbitq.schedule.plan.fence`); it renews it every :data:`RENEW`
-seconds. A leader that finds another's record publishes nothing, steps down
-(:class:`LeaseLost`) and stands by until the record has stood still for
-:data:`LEASE_PERIOD`. Why this holds: docs/schedules.md, "Through a network partition".
+it wrote last (:mod:`rabbitq.schedule.fence`); it renews it every second. A leader that finds
+another's record publishes nothing, steps down and stands by until the record has
+stood still for a lease period. Why this holds: docs/schedules.md, "Through a network partition".
 """
 
 from __future__ import annotations
@@ -45,14 +44,13 @@ from typing import TypeVar
 import aio_pika
 import aiormq
 from aio_pika.abc import AbstractChannel, AbstractConnection
-from pamqp.commands import Basic
 
 from .._amqp.connection import connect_once
 from ..crypto.codec import cipher_of
 from ..errors import BrokerUnavailable
 from ..message import Message
 from ..settings import TLS
-from . import pause, plan
+from . import fence, pause, plan
 from . import tick as tick_tx
 from .metrics import ScheduleMetrics
 from .spec import Schedule, ScheduledApp
@@ -67,26 +65,6 @@ LEASE_RETRY = 1.0  # seconds between attempts to take the lease
 # connections' 15 s).
 LEASE_HEARTBEAT = 5
 MAX_SLEEP = 5.0  # the loop looks at the wall clock at least this often
-# The fence (docs/schedules.md, "Through a network partition"): before every commit the
-# leader takes the progress record back from its quorum queue, and commits only if it is
-# the one it wrote last. It commits at least every RENEW seconds, ticks or not.
-RENEW = 1.0
-# A scheduler that lost the fence to another leader leads again only once the record
-# has stood still this long (its writer stopped renewing): no ping-pong of two leaders.
-LEASE_PERIOD = 3.0
-FENCE_TIMEOUT = 5.0  # a read of the record must answer within this, or the leader steps down
-FENCE_TRIES = 5  # a record absent (another reader has it for a moment): looks, 0.2 s apart
-FENCE_RETRY = 0.2
-# At takeover, a record absent from an existing progress queue is waited for this long:
-# a leader's commit in flight holds it until it completes or times out.
-ABSENT_AT_TAKEOVER = 15.0
-
-
-class LeaseLost(Exception):
-    """The fence failed: another leader committed since this one's last commit, or the
-    record could not be taken back."""
-
-
 # What ends a leadership (the scheduler then contends again): the broker's errors, a
 # lost connection, a commit not confirmed in time. (aiormq reports a channel whose
 # connection went away as ChannelInvalidStateError, a RuntimeError.)
@@ -97,7 +75,7 @@ LOST = (
     OSError,
     TimeoutError,
     BrokerUnavailable,
-    LeaseLost,
+    fence.LeaseLost,
 )
 
 
@@ -221,7 +199,7 @@ class Scheduler:
     async def _session(self, connection: AbstractConnection) -> None:
         channel = await connection.channel(publisher_confirms=False)
         await channel.declare_exchange(self.app.exchange, aio_pika.ExchangeType.TOPIC, durable=True)
-        fresh = not await self._progress_exists(connection)
+        fresh = not await fence.progress_exists(connection, plan.progress_queue(self.app.queue))
         await channel.declare_queue(
             plan.progress_queue(self.app.queue),
             durable=True,
@@ -231,65 +209,9 @@ class Scheduler:
         while not await self._take_lease(connection):
             await asyncio.sleep(self.retry_interval)
         if self._yielded:
-            await self._await_quiet(connection)
+            log.info("another leader took the schedules of %s; standing by", self.app.queue)
+            await fence.await_quiet(connection, plan.progress_queue(self.app.queue))
         await self._lead(connection, fresh=fresh)
-
-    async def _progress_exists(self, connection: AbstractConnection) -> bool:
-        """Whether the progress queue exists already (a passive declare, on a channel
-        of its own: a missing queue closes it). A new one has no record to wait for."""
-        channel = await connection.channel(publisher_confirms=False)
-        try:
-            await channel.declare_queue(plan.progress_queue(self.app.queue), passive=True)
-        except aiormq.exceptions.ChannelNotFoundEntity:
-            return False
-        with contextlib.suppress(Exception):
-            await channel.close()
-        return True
-
-    async def _await_quiet(self, connection: AbstractConnection) -> None:
-        """Watch the progress record (each read returned at once) until it has stood
-        still for :data:`LEASE_PERIOD`: the leader that took the schedules from this
-        one has stopped renewing them."""
-        log.info("another leader took the schedules of %s; standing by", self.app.queue)
-        loop = asyncio.get_running_loop()
-        seen: object = object()
-        since = loop.time()
-        while True:
-            channel = await connection.channel(publisher_confirms=False)
-            underlay = await channel.get_underlay_channel()
-            async with asyncio.timeout(FENCE_TIMEOUT):
-                found = await tick_tx.read_progress(underlay, plan.progress_queue(self.app.queue))
-            for tag in found.tags:
-                await underlay.basic_reject(tag, requeue=True)
-            await channel.close()
-            writer = plan.writer_of(plan.merge(found.records) if found.records else None)
-            now = loop.time()
-            if writer != seen:
-                seen, since = writer, now
-            elif plan.lease_expired(since, now, LEASE_PERIOD):
-                return
-            await asyncio.sleep(RENEW / 2)
-
-    async def _read_at_takeover(
-        self, tx: aiormq.abc.AbstractChannel, *, fresh: bool
-    ) -> tick_tx.Found:
-        """Every progress record, held until the first commit. An existing queue
-        without one is looked at again for up to :data:`ABSENT_AT_TAKEOVER`: a leader's
-        commit in flight holds its record until it completes or fails."""
-        queue = plan.progress_queue(self.app.queue)
-        deadline = asyncio.get_running_loop().time() + (0.0 if fresh else ABSENT_AT_TAKEOVER)
-        while True:
-            async with asyncio.timeout(FENCE_TIMEOUT):
-                found = await tick_tx.read_progress(tx, queue)
-            if found.records or fresh:
-                return found
-            if asyncio.get_running_loop().time() >= deadline:
-                log.warning(
-                    "the progress record of %s is not there; its schedules start from now",
-                    self.app.queue,
-                )
-                return found
-            await asyncio.sleep(0.5)
 
     async def _take_lease(self, connection: AbstractConnection) -> bool:
         channel = await connection.channel(publisher_confirms=False)
@@ -312,7 +234,12 @@ class Scheduler:
         self.metrics.leading.set(1)
         self.metrics.takeovers.inc()
         now = self.clock()
-        found = await self._read_at_takeover(tx, fresh=fresh)
+        found = await fence.read_at_takeover(tx, plan.progress_queue(self.app.queue), fresh=fresh)
+        if not found.records and not fresh:
+            log.warning(
+                "the progress record of %s is not there; its schedules start from now",
+                self.app.queue,
+            )
         self._yielded = False
         progress = plan.merge(found.records)
         self._published = dict(progress.published)
@@ -347,7 +274,7 @@ class Scheduler:
         while True:
             _, name, tick = heads[0]
             wait = (tick - self.clock()).total_seconds()
-            renew = RENEW - (loop.time() - self._committed_at)
+            renew = fence.RENEW - (loop.time() - self._committed_at)
             if wait > 0 and renew > 0:
                 await asyncio.sleep(min(wait, renew, MAX_SLEEP))
                 continue
@@ -409,10 +336,17 @@ class Scheduler:
     ) -> None:
         """The tick's messages, the progress record and the acks of the records read at
         takeover, in one transaction (:func:`rabbitq.schedule.tick.commit`); after the
-        first commit, only if the fence holds (:meth:`_fence`), its record acked in it."""
+        first commit, only if the fence holds (:func:`fence.take_back`), its record acked in it."""
         tx = await channel.get_underlay_channel()
         if self._written is not None:
-            acks = [*acks, await self._fence(tx)]
+            try:
+                tag = await fence.take_back(
+                    tx, plan.progress_queue(self.app.queue), leader=self.name, written=self._written
+                )
+            except fence.LeaseLost as exc:
+                self._yielded = exc.taken
+                raise
+            acks = [*acks, tag]
         record = plan.Progress(
             ticks=self._progress.ticks,
             published=self._published,
@@ -430,33 +364,11 @@ class Scheduler:
                 cipher=cipher_of(self.app),  # an encrypted app's ticks: docs/privacy.md
             )
         except Exception:  # (a cancelled commit is not a doubt: the next leader reads it)
-            self.metrics.unconfirmed.inc()
+            if sends:  # a renewal or a takeover's record puts no tick in doubt
+                self.metrics.unconfirmed.inc()
             raise
         self._written = record.written
         self._committed_at = asyncio.get_running_loop().time()
-
-    async def _fence(self, tx: aiormq.abc.AbstractChannel) -> int:
-        """Take the progress record back (unacked, on the transaction's channel) and
-        return its delivery tag if it is the one this leader wrote last; raise
-        :class:`LeaseLost` otherwise. The record lives in a quorum queue: a get is a
-        Raft command, so of two leaders only one can hold the latest record, and
-        whoever commits after the other finds the other's record and steps down."""
-        queue = plan.progress_queue(self.app.queue)
-        for _ in range(FENCE_TRIES):
-            async with asyncio.timeout(FENCE_TIMEOUT):
-                got = await tx.basic_get(queue, no_ack=False)
-            if isinstance(got.delivery, Basic.GetOk):
-                assert got.delivery.delivery_tag is not None
-                record = plan.decode_progress(got.body)
-                if plan.fence(record, leader=self.name, written=self._written) == "held":
-                    return got.delivery.delivery_tag
-                self._yielded = record is not None
-                who = record.leader if record is not None and record.leader else "someone else"
-                raise LeaseLost(
-                    f"{who} committed the schedules of {self.app.queue} since this leader"
-                )
-            await asyncio.sleep(FENCE_RETRY)
-        raise LeaseLost(f"the progress record of {self.app.queue} stayed away (held elsewhere)")
 
 
 async def beside(main: Awaitable[T], scheduler: Scheduler | None) -> T:

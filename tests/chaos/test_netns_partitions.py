@@ -25,7 +25,7 @@ from datetime import timedelta
 
 import pytest
 
-from rabbitq.schedule import runner, tick
+from rabbitq.schedule import fence, tick
 
 from ..netns_cluster import NetnsCluster, leftovers, unavailable
 from . import netns_scenarios
@@ -41,7 +41,7 @@ the suite's time; they are counted as held either way."""
 
 pytestmark = pytest.mark.slow
 
-DOUBT_WINDOW = runner.LEASE_PERIOD + tick.COMMIT_TIMEOUT
+DOUBT_WINDOW = fence.LEASE_PERIOD + tick.COMMIT_TIMEOUT
 """A tick whose commit was in doubt when the cut began may go out twice (once from each
 side, under one ``message_id``) within this many seconds of the cut; none later."""
 
