@@ -3,7 +3,9 @@
 - :func:`lease_queue` / :func:`progress_queue`: the two queues of an app's schedules;
 - :func:`encode_progress` / :func:`decode_progress` / :func:`merge`: the progress
   record, the last tick published of every schedule;
-- :func:`catch_up`: which missed ticks a new leader publishes.
+- :func:`catch_up`: which missed ticks a new leader publishes;
+- :func:`fence` / :func:`writer_of` / :func:`lease_expired`: whether a leader still
+  holds the schedules, and when a leader that lost them may contend again.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Literal
 
 import orjson
 
@@ -162,3 +164,35 @@ def catch_up(schedule: Schedule, last: datetime | None, now: datetime) -> CatchU
 def lateness(tick: datetime, published: datetime) -> float:
     """Seconds between a tick's time and its publish (never negative)."""
     return max(0.0, (published - tick).total_seconds())
+
+
+Fence = Literal["held", "taken", "absent"]
+
+
+def fence(record: Progress | None, *, leader: str, written: datetime | None) -> Fence:
+    """What the progress record read back before a commit says (pure).
+
+    ``"held"``: it is the one this leader wrote last (``leader``, ``written``): nobody
+    committed since, and this leader, holding it unacked, is the only one who can now.
+    ``"taken"``: another leader committed since: this one must step down without
+    committing. ``"absent"``: no record (another reader holds it for a moment, or a
+    leader's commit is in flight): look again, and step down if it stays away.
+    """
+    if record is None:
+        return "absent"
+    if record.leader == leader and written is not None and record.written == written:
+        return "held"
+    return "taken"
+
+
+def writer_of(record: Progress | None) -> tuple[str, str] | None:
+    """Who wrote ``record`` when (None for no record): what a standby watches change."""
+    if record is None:
+        return None
+    return record.leader, "" if record.written is None else record.written.isoformat()
+
+
+def lease_expired(unchanged_since: float, now: float, period: float) -> bool:
+    """Whether the record has stayed the same for ``period`` seconds (monotonic
+    times of the watcher's own clock): its writer stopped renewing it."""
+    return now - unchanged_since >= period

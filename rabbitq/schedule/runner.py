@@ -19,8 +19,14 @@ within ``tick.COMMIT_TIMEOUT`` (10 s: a broker that lost its quorum, a partition
 leader step down: the tick may or may not have been published, the next leader
 publishes it again under the same derived ``message_id`` (a consumer with an
 idempotency store runs it once), and the doubt is counted in
-``rabbitq_schedule_publish_unconfirmed_total``. Why this holds through a network
-partition: docs/schedules.md.
+``rabbitq_schedule_publish_unconfirmed_total``.
+
+The exclusive queue is not a fence in a partial partition (each side's Mnesia keeps its
+own, so two processes hold it). Before every commit the leader therefore takes the
+progress record back, unacked, from its quorum queue and commits only if it is the one
+it wrote last (:mod:`rabbitq.schedule.fence`); it renews it every second. A leader that finds
+another's record publishes nothing, steps down and stands by until the record has
+stood still for a lease period. Why this holds: docs/schedules.md, "Through a network partition".
 """
 
 from __future__ import annotations
@@ -44,7 +50,7 @@ from ..crypto.codec import cipher_of
 from ..errors import BrokerUnavailable
 from ..message import Message
 from ..settings import TLS
-from . import pause, plan
+from . import fence, pause, plan
 from . import tick as tick_tx
 from .metrics import ScheduleMetrics
 from .spec import Schedule, ScheduledApp
@@ -69,6 +75,7 @@ LOST = (
     OSError,
     TimeoutError,
     BrokerUnavailable,
+    fence.LeaseLost,
 )
 
 
@@ -140,6 +147,9 @@ class Scheduler:
         self._published: dict[str, datetime] = {}
         self._last_error: str | None = None
         self._connection: AbstractConnection | None = None  # the leader's, for pauses
+        self._written: datetime | None = None  # `written` of this leadership's last record
+        self._committed_at = 0.0  # (loop time) of its last commit
+        self._yielded = False  # lost the fence to another leader: wait for a quiet record
 
     async def run(self) -> None:
         """Contend and lead, reconnecting after any loss, until cancelled (at once for
@@ -189,6 +199,7 @@ class Scheduler:
     async def _session(self, connection: AbstractConnection) -> None:
         channel = await connection.channel(publisher_confirms=False)
         await channel.declare_exchange(self.app.exchange, aio_pika.ExchangeType.TOPIC, durable=True)
+        fresh = not await fence.progress_exists(connection, plan.progress_queue(self.app.queue))
         await channel.declare_queue(
             plan.progress_queue(self.app.queue),
             durable=True,
@@ -197,7 +208,10 @@ class Scheduler:
         await channel.close()
         while not await self._take_lease(connection):
             await asyncio.sleep(self.retry_interval)
-        await self._lead(connection)
+        if self._yielded:
+            log.info("another leader took the schedules of %s; standing by", self.app.queue)
+            await fence.await_quiet(connection, plan.progress_queue(self.app.queue))
+        await self._lead(connection, fresh=fresh)
 
     async def _take_lease(self, connection: AbstractConnection) -> bool:
         channel = await connection.channel(publisher_confirms=False)
@@ -209,8 +223,9 @@ class Scheduler:
             return False  # another connection holds it (the broker closed this channel)
         return True
 
-    async def _lead(self, connection: AbstractConnection) -> None:
+    async def _lead(self, connection: AbstractConnection, *, fresh: bool = False) -> None:
         self._connection = connection
+        self._written = None
         channel = await connection.channel(publisher_confirms=False)
         tx = await channel.get_underlay_channel()
         await tx.tx_select()
@@ -219,7 +234,13 @@ class Scheduler:
         self.metrics.leading.set(1)
         self.metrics.takeovers.inc()
         now = self.clock()
-        found = await tick_tx.read_progress(tx, plan.progress_queue(self.app.queue))
+        found = await fence.read_at_takeover(tx, plan.progress_queue(self.app.queue), fresh=fresh)
+        if not found.records and not fresh:
+            log.warning(
+                "the progress record of %s is not there; its schedules start from now",
+                self.app.queue,
+            )
+        self._yielded = False
         progress = plan.merge(found.records)
         self._published = dict(progress.published)
         through = dict(progress.ticks)
@@ -249,11 +270,16 @@ class Scheduler:
             ", ".join(self.app.schedules) or "none",
             self.name,
         )
+        loop = asyncio.get_running_loop()
         while True:
             _, name, tick = heads[0]
             wait = (tick - self.clock()).total_seconds()
-            if wait > 0:
-                await asyncio.sleep(min(wait, MAX_SLEEP))
+            renew = fence.RENEW - (loop.time() - self._committed_at)
+            if wait > 0 and renew > 0:
+                await asyncio.sleep(min(wait, renew, MAX_SLEEP))
+                continue
+            if wait > 0:  # no tick due: renew the hold (the fence, and a record)
+                await self._commit(channel, [], acks=[])
                 continue
             await self._tick(channel, self.app.schedules[name], tick)
             heapq.heapreplace(heads, _head(next(ticks[name]), name))
@@ -309,7 +335,18 @@ class Scheduler:
         acks: list[int],
     ) -> None:
         """The tick's messages, the progress record and the acks of the records read at
-        takeover, in one transaction (:func:`rabbitq.schedule.tick.commit`)."""
+        takeover, in one transaction (:func:`rabbitq.schedule.tick.commit`); after the
+        first commit, only if the fence holds (:func:`fence.take_back`), its record acked in it."""
+        tx = await channel.get_underlay_channel()
+        if self._written is not None:
+            try:
+                tag = await fence.take_back(
+                    tx, plan.progress_queue(self.app.queue), leader=self.name, written=self._written
+                )
+            except fence.LeaseLost as exc:
+                self._yielded = exc.taken
+                raise
+            acks = [*acks, tag]
         record = plan.Progress(
             ticks=self._progress.ticks,
             published=self._published,
@@ -318,7 +355,7 @@ class Scheduler:
         )
         try:
             await tick_tx.commit(
-                await channel.get_underlay_channel(),
+                tx,
                 exchange=self.app.exchange,
                 progress_queue=plan.progress_queue(self.app.queue),
                 sends=sends,
@@ -327,8 +364,11 @@ class Scheduler:
                 cipher=cipher_of(self.app),  # an encrypted app's ticks: docs/privacy.md
             )
         except Exception:  # (a cancelled commit is not a doubt: the next leader reads it)
-            self.metrics.unconfirmed.inc()
+            if sends:  # a renewal or a takeover's record puts no tick in doubt
+                self.metrics.unconfirmed.inc()
             raise
+        self._written = record.written
+        self._committed_at = asyncio.get_running_loop().time()
 
 
 async def beside(main: Awaitable[T], scheduler: Scheduler | None) -> T:

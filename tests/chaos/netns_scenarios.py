@@ -30,7 +30,7 @@ import time
 import uuid
 from collections import Counter
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Literal
 
@@ -62,6 +62,13 @@ SCENARIOS = (
     Scenario("partial: two nodes lose each other for 30 s, the third sees both", "partial", 30),
     Scenario("one node cut from its peers and every client for 30 s", "isolated", 30),
 )
+LEADER_PARTIAL = Scenario(
+    "partial: the schedule leader's node and one other lose each other for 40 s, the third "
+    "sees both",
+    "partial",
+    40,
+)
+"""Issue 40's first finding: two leaders, each with its side's exclusive lease, for ever."""
 
 
 @dataclass
@@ -84,6 +91,15 @@ class Report:
     missing_ticks: list[str]
     seconds: float
     notes: list[str] = field(default_factory=list)
+    tick_times: dict[str, datetime] = field(default_factory=dict)
+    """Each tick's ``message_id``: the tick's instant."""
+    cut_wall: datetime | None = None
+    healed_wall: datetime | None = None
+    """When the cut began and was healed (wall clock, as the ticks' instants)."""
+
+    def doubled_after(self, instant: datetime) -> list[str]:
+        """Ticks published twice whose instant is after ``instant``."""
+        return [t for t in self.doubled_ticks if self.tick_times[t] > instant]
 
     @property
     def lost(self) -> set[str]:
@@ -295,6 +311,7 @@ async def run(
         publishing = asyncio.create_task(publish_all())
         await asyncio.sleep(cut_after)
         cut_at = time.monotonic()
+        cut_wall = datetime.now(UTC)
         if scenario.kind == "partial":
             await asyncio.to_thread(cluster.drop_between, victim, [others[0]])
         else:
@@ -302,6 +319,7 @@ async def run(
         await asyncio.sleep(scenario.seconds)
         await asyncio.to_thread(cluster.heal)
         healed_at = time.monotonic()
+        healed_wall = datetime.now(UTC)
         await publishing
         published_at = time.monotonic()
         nudged = await asyncio.to_thread(cluster.await_whole, 300)
@@ -403,9 +421,12 @@ async def run(
 
         ticks: Counter[str] = Counter()
         instants: set[datetime] = set()
+        tick_times: dict[str, datetime] = {}
         for message in await drain_queue(admin, ticks_queue):
             ticks[message.message_id or "(none)"] += 1
-            instants.add(datetime.fromisoformat(str((message.headers or {})["rabbitq-tick"])))
+            instant = datetime.fromisoformat(str((message.headers or {})["rabbitq-tick"]))
+            instants.add(instant)
+            tick_times[message.message_id or "(none)"] = instant
         first, last = min(instants), max(instants)
         slots = int((last - first).total_seconds()) + 1
         expected = {first + timedelta(seconds=s) for s in range(slots)}
@@ -438,6 +459,9 @@ async def run(
             missing_ticks=missing_ticks,
             seconds=time.monotonic() - started,
             notes=notes,
+            tick_times=tick_times,
+            cut_wall=cut_wall,
+            healed_wall=healed_wall,
         )
     finally:
         for worker in workers:

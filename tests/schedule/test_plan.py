@@ -111,3 +111,48 @@ def test_catching_up_across_daylight_saving_neither_doubles_nor_invents_a_tick()
         datetime(2026, 3, 29, 3, 40, tzinfo=berlin).astimezone(UTC),
     )
     assert [t.strftime("%H:%M%z") for t in spring.ticks] == ["03:00+0200", "03:30+0200"]
+
+
+# -- the fence: whether a leader still holds the schedules -------------------------------
+
+WROTE = datetime(2026, 12, 6, 22, 0, 1, 123456, tzinfo=UTC)
+
+
+def _record(leader: str, written: datetime | None) -> plan.Progress:
+    return plan.Progress(ticks={}, leader=leader, written=written)
+
+
+def test_the_record_this_leader_wrote_last_proves_it_holds_the_schedules():
+    assert plan.fence(_record("a:1", WROTE), leader="a:1", written=WROTE) == "held"
+
+
+def test_a_record_read_back_through_json_still_proves_it():
+    body = plan.encode_progress(_record("a:1", WROTE))
+    assert plan.fence(plan.decode_progress(body), leader="a:1", written=WROTE) == "held"
+
+
+def test_another_leaders_record_means_the_schedules_were_taken():
+    assert plan.fence(_record("b:2", WROTE), leader="a:1", written=WROTE) == "taken"
+
+
+def test_an_older_or_newer_record_of_the_same_name_was_not_the_last_one_written():
+    later = WROTE + timedelta(seconds=1)
+    assert plan.fence(_record("a:1", later), leader="a:1", written=WROTE) == "taken"
+    assert plan.fence(_record("a:1", WROTE), leader="a:1", written=None) == "taken"
+
+
+def test_no_record_is_absent_not_taken():
+    assert plan.fence(None, leader="a:1", written=WROTE) == "absent"
+
+
+def test_a_standby_watches_who_wrote_the_record_when():
+    assert plan.writer_of(None) is None
+    assert plan.writer_of(_record("b:2", WROTE)) == ("b:2", WROTE.isoformat())
+    assert plan.writer_of(_record("b:2", WROTE)) != plan.writer_of(
+        _record("b:2", WROTE + timedelta(seconds=1))
+    )
+
+
+def test_the_lease_expires_once_the_record_stood_still_for_the_period():
+    assert not plan.lease_expired(10.0, 12.9, 3.0)
+    assert plan.lease_expired(10.0, 13.0, 3.0)
