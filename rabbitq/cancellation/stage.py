@@ -108,7 +108,7 @@ class CancelStage:
         flags = self.running.get(mid)
         if flags is None:
             return
-        with contextlib.suppress(ValueError):
+        if flag in flags:  # (no context manager: this runs once per delivery)
             flags.remove(flag)
         if not flags:
             del self.running[mid]
