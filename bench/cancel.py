@@ -4,9 +4,10 @@ bench.cancel``, docs/benchmarks.md).
 Consume N pre-published messages with a no-op async handler at prefetch 256 (as the
 ``consume`` scenario): a plain app, and the same app with the ``cancelled`` stage over
 Redis and over PostgreSQL (the stage alone: no idempotency or status store, so the
-ratio is the cancel check's own cost). Every delivery is looked up; the lookups of one
-event-loop turn go in one ``MGET`` / one ``SELECT ... = ANY``. A tenth of the messages
-were cancelled before the run (acked unrun: counted, not handled). Rounds alternate the
+ratio is the cancel check's own cost). Every delivery is looked up; the lookups of
+one window (rabbitq/cancellation/lookups.py) go in one ``MGET`` / one
+``SELECT ... = ANY``. A tenth of the messages were cancelled before the run (acked
+unrun: counted, not handled). Rounds alternate the
 order of the modes; the table shows the median (min-max) handled msg/s and the worker
 process's CPU time per message settled, each with its ratio to the plain app's median
 in the same run.

@@ -2,7 +2,7 @@
 id, with its expiry), beside the app's other PostgreSQL stores.
 
 A lookup is one keyed ``SELECT ... WHERE message_id = ANY(...)`` over the primary key
-for every delivery of one event-loop turn (the stage batches them); each lookup in
+for every delivery of one window (the stage coalesces them); each lookup in
 flight has a connection of its own (a :class:`~rabbitq.effects.lane.Lane`: no pool
 checkout per lookup). Expired rows are deleted by the next cancel, a bounded batch at a time.
 """

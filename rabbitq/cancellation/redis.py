@@ -1,11 +1,11 @@
 """``RedisCancels``: cancellations as keys ``<base>cancel:<message_id>`` that expire
 after :data:`~rabbitq.cancellation.model.KEEP`, beside the app's other Redis stores.
 
-A lookup is one ``MGET`` for every delivery of one event-loop turn (the stage batches
-them): one command and one round trip, which reads the store's epoch too
-(:mod:`rabbitq.effects.epoch`): a Redis that lost its data (restarted without
-persistence) is logged as a WARNING, with the time before which cancellations may be
-lost. Expiry is Redis's own: nothing to clean.
+A lookup is one ``MGET`` for every delivery of one window (the stage coalesces them:
+:mod:`rabbitq.cancellation.lookups`): one command and one round trip, which reads the
+store's epoch too (:mod:`rabbitq.effects.epoch`): a Redis that lost its data
+(restarted without persistence) is logged as a WARNING, with the time before which
+cancellations may be lost. Expiry is Redis's own: nothing to clean.
 
 A cancellation survives a Redis restart only with an AOF (``appendonly yes``):
 :meth:`RedisCancels.durable` says whether it has one (docs/control.md).

@@ -3,9 +3,10 @@ cancelled is acked when it arrives and never handled; a running one's
 ``ctx.cancelled`` turns true.
 
 Arrival: the message id is looked up in the cancellations store. The lookups of every
-delivery that arrives in one turn of the event loop (or while the previous lookup is in
-flight) go in one query (:class:`~rabbitq.effects.batcher.Batcher`: one ``MGET``, one
-``SELECT ... = ANY``), so a busy worker pays one round trip per batch, not per message.
+delivery that arrives within a window of 2 ms (or the first 256 of them) go in one
+query (:class:`~rabbitq.cancellation.lookups.Lookups`: one ``MGET``, one
+``SELECT ... = ANY``), so a busy worker pays one round trip per window, not per few
+messages; each answer is still read after its delivery arrived.
 
 Running: the stage registers the message *before* its lookup and keeps it registered
 until the handler returns. While any is registered, one poll every
@@ -27,16 +28,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 
 from .._amqp import headers as h
 from ..context import CancelFlag
-from ..effects.batcher import Batcher
 from ..errors import RetryLater
 from ..job import Job, Next
 from ..outcome import ACK, Outcome
 from ..retry import after_retry_later
 from ..status.model import CANCELLED
+from .lookups import MAX_IDS, WINDOW, Lookups
 from .store import CancelStore, cancel_store
 
 log = logging.getLogger("rabbitq.worker")
@@ -52,20 +53,25 @@ class CancelStage:
 
     name = "cancelled"
 
-    def __init__(self, store: CancelStore, *, poll_interval: float = POLL_INTERVAL) -> None:
+    def __init__(
+        self,
+        store: CancelStore,
+        *,
+        poll_interval: float = POLL_INTERVAL,
+        window: float = WINDOW,
+        max_ids: int = MAX_IDS,
+    ) -> None:
         self.store = store
         self.poll_interval = poll_interval
         self.running: dict[str, list[CancelFlag]] = {}
-        # two lookups in flight: the next batch does not wait for the last round trip
-        self._lookups: Batcher[str, bool] = Batcher(self._lookup, max_in_flight=2)
+        self.lookups = Lookups(self._which, window=window, max_ids=max_ids)
         self._poller: asyncio.Task[None] | None = None
 
     def __repr__(self) -> str:
         return f"CancelStage({self.store!r})"
 
-    async def _lookup(self, ids: list[str]) -> Sequence[bool]:
-        found = await self.store.which(ids)
-        return [mid in found for mid in ids]
+    def _which(self, ids: Sequence[str]) -> Awaitable[set[str]]:
+        return self.store.which(ids)  # the store's, as it is when a window ends
 
     async def __call__(self, job: Job, call_next: Next) -> Outcome:
         if job.handler is None:  # dead-lettered as unknown-type by decode: nothing to run
@@ -75,7 +81,7 @@ class CancelStage:
         self._register(mid, flag)
         try:
             try:
-                cancelled = await self._lookups.submit(mid)
+                cancelled = await self.lookups.ask(mid)
             except Exception as exc:  # the store cannot be read: hold the message
                 return self._hold(job, exc)
             if cancelled:
@@ -102,7 +108,7 @@ class CancelStage:
         flags = self.running.get(mid)
         if flags is None:
             return
-        with contextlib.suppress(ValueError):
+        if flag in flags:  # (no context manager: this runs once per delivery)
             flags.remove(flag)
         if not flags:
             del self.running[mid]
@@ -131,6 +137,7 @@ class CancelStage:
             poller.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await poller
+        await self.lookups.drain()
         await self.store.close()
 
 
