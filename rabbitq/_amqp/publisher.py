@@ -295,20 +295,49 @@ class Publisher:
             if delay is not None or debounce is not None or priority or any(extra):
                 raise ConfigurationError("publish(workflow) takes no other argument")
             return await message.publish_on(self, self._app)
+        out = self._outgoing(
+            message, message_id=message_id, correlation_id=correlation_id, headers=headers,
+            reply_to=reply_to, delay=delay, at=at, priority=priority, unique_for=unique_for,
+            unique_key=unique_key, debounce=debounce,
+        )  # fmt: skip
+        return await compose(self._app.publish_steps, self._send)(out)  # no steps: _send
+
+    def _outgoing(
+        self,
+        message: Message,
+        *,
+        message_id: str | None = None,
+        correlation_id: str | None = None,
+        headers: Mapping[str, Any] | None = None,
+        reply_to: str | None = None,
+        delay: float | timedelta | None = None,
+        at: datetime | None = None,
+        priority: int = 0,
+        unique_for: float | None = None,
+        unique_key: str | None = None,
+        debounce: float | None = None,
+    ) -> Outgoing:
+        """The record of one publish of ``message``, its keywords checked."""
         if priority:  # a bad priority is refused before any step acts (amqp.lanes)
             check_priority(priority, getattr(self._app, "priorities", 0))
         props = properties.new(
             message, message_id=message_id, correlation_id=correlation_id, headers=headers,
             reply_to=reply_to,
         )  # fmt: skip
-        out = outgoing(
+        return outgoing(
             self._app, message, props, delay=delay, at=at, priority=priority, unique_for=unique_for,
             unique_key=unique_key, debounce=debounce,
         )  # fmt: skip
-        return await compose(self._app.publish_steps, self._send)(out)  # no steps: _send
 
-    async def _send(self, out: Outgoing) -> str:
-        """The last step: into the delay ladder or to its exchange, confirmed."""
+    def _timed_out(self) -> PublishInterrupted:
+        return PublishInterrupted(
+            f"no confirm within {self._timeout:g}s (is the broker blocking "
+            "publishers? a memory or disk alarm); it may or may not have been stored"
+        )
+
+    async def _send(self, out: Outgoing, *, timed: bool = True) -> str:
+        """The last step: into the delay ladder or to its exchange, confirmed. Not
+        ``timed``: the caller bounds the wait for the confirm (publish_many's window)."""
         type_name, props, body, delayed = out.type_name, out.props, out.body, out.delayed
         exchange, routing_key = out.exchange, out.routing_key
         if delayed:
@@ -340,15 +369,14 @@ class Publisher:
             return send_confirmed(channel, exchange, routing_key, body, props)
 
         try:
-            if self._retry_for is None:
+            if self._retry_for is None and not timed:
+                await send()
+            elif self._retry_for is None:
                 try:
                     async with asyncio.timeout(self._timeout):
                         await send()
                 except TimeoutError:
-                    raise PublishInterrupted(
-                        f"no confirm within {self._timeout:g}s (is the broker blocking "
-                        "publishers? a memory or disk alarm); it may or may not have been stored"
-                    ) from None
+                    raise self._timed_out() from None
             else:
                 await within(self._retry_for, send)
         except PublishError as exc:
@@ -388,12 +416,32 @@ class Publisher:
         and :class:`~rabbitq.errors.PartialPublish` says which.
         """
         keys = key_function(unique_for, unique_key)  # refused before anything is sent
+        # Without steps or retry_for, a publish's wait for its confirm is all there is to
+        # bound: one timer per window bounds every publish of it (sent together), where
+        # publish() takes one each. A step's own waits (a unique key's holder, an upload)
+        # are not a confirm's: with steps, each publish is timed as publish() times it.
+        plain = self._retry_for is None and not self._app.publish_steps
 
         def send(message: Message, mid: str) -> Awaitable[str]:
             key = None if keys is None else keys(message)
+            if plain and isinstance(message, Message):
+                out = self._outgoing(
+                    message, message_id=mid, headers=headers, delay=delay, at=at,
+                    priority=priority, unique_for=unique_for, unique_key=key,
+                )  # fmt: skip
+                return self._send(out, timed=False)
             return self.publish(
                 message, message_id=mid, headers=headers, delay=delay, at=at,
                 priority=priority, unique_for=unique_for, unique_key=key,
             )  # fmt: skip
 
-        return await pipelined(messages, send, window=window)
+        if not plain:
+            return await pipelined(messages, send, window=window)
+
+        def timed_out(message: Message) -> PublishError:
+            self._hooks.publish_failed(self._app.exchange, message.type_name(), "interrupted")
+            return self._timed_out()
+
+        return await pipelined(
+            messages, send, window=window, timeout=self._timeout, timed_out=timed_out
+        )
