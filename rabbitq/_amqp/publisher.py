@@ -39,7 +39,6 @@ import aiormq
 from aio_pika.abc import AbstractChannel, AbstractExchange, AbstractRobustConnection
 
 from ..errors import (
-    BrokerUnavailable,
     ConfigurationError,
     PublishError,
     PublishInterrupted,
@@ -53,8 +52,8 @@ from ..settings import TLS
 from ..tracing.base import NO_SEND, Tracing
 from . import headers as h
 from . import partitions, properties
-from .confirm import FAILURES, error_kind, retry_waits, send_confirmed, within
-from .connection import connect
+from .confirm import FAILURES, error_kind, no_confirm, send_confirmed, within
+from .connection import connect_within
 from .lanes import check_priority
 from .outgoing import Outgoing, PublishStep, compose, outgoing
 from .pipeline import key_function, pipelined
@@ -160,29 +159,7 @@ class Publisher:
 
     async def _connect(self) -> AbstractRobustConnection:
         name = f"rabbitq publisher {self._app.queue}"
-        if self._retry_for is None:
-            return await connect(self._url, name=name, tls=self._tls)
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self._retry_for
-        for wait in retry_waits():
-            try:
-                return await connect(
-                    self._url, name=name, timeout=max(0.1, deadline - loop.time()), tls=self._tls
-                )
-            except BrokerUnavailable as exc:
-                login_refused = isinstance(
-                    exc.__cause__,
-                    (
-                        aiormq.exceptions.AuthenticationError,
-                        aiormq.exceptions.ProbableAuthenticationError,
-                    ),
-                )
-                if login_refused or loop.time() + wait >= deadline:
-                    raise BrokerUnavailable(
-                        f"{exc} (gave up after retry_for={self._retry_for:g}s)"
-                    ) from exc
-            await asyncio.sleep(wait)
-        raise AssertionError("unreachable")  # retry_waits() never ends
+        return await connect_within(self._url, self._retry_for, name=name, tls=self._tls)
 
     async def close(self) -> None:
         """Close the connection if the publisher opened it (which closes its channel),
@@ -295,45 +272,17 @@ class Publisher:
             if delay is not None or debounce is not None or priority or any(extra):
                 raise ConfigurationError("publish(workflow) takes no other argument")
             return await message.publish_on(self, self._app)
-        out = self._outgoing(
-            message, message_id=message_id, correlation_id=correlation_id, headers=headers,
-            reply_to=reply_to, delay=delay, at=at, priority=priority, unique_for=unique_for,
-            unique_key=unique_key, debounce=debounce,
-        )  # fmt: skip
-        return await compose(self._app.publish_steps, self._send)(out)  # no steps: _send
-
-    def _outgoing(
-        self,
-        message: Message,
-        *,
-        message_id: str | None = None,
-        correlation_id: str | None = None,
-        headers: Mapping[str, Any] | None = None,
-        reply_to: str | None = None,
-        delay: float | timedelta | None = None,
-        at: datetime | None = None,
-        priority: int = 0,
-        unique_for: float | None = None,
-        unique_key: str | None = None,
-        debounce: float | None = None,
-    ) -> Outgoing:
-        """The record of one publish of ``message``, its keywords checked."""
         if priority:  # a bad priority is refused before any step acts (amqp.lanes)
             check_priority(priority, getattr(self._app, "priorities", 0))
         props = properties.new(
             message, message_id=message_id, correlation_id=correlation_id, headers=headers,
             reply_to=reply_to,
         )  # fmt: skip
-        return outgoing(
+        out = outgoing(
             self._app, message, props, delay=delay, at=at, priority=priority, unique_for=unique_for,
             unique_key=unique_key, debounce=debounce,
         )  # fmt: skip
-
-    def _timed_out(self) -> PublishInterrupted:
-        return PublishInterrupted(
-            f"no confirm within {self._timeout:g}s (is the broker blocking "
-            "publishers? a memory or disk alarm); it may or may not have been stored"
-        )
+        return await compose(self._app.publish_steps, self._send)(out)  # no steps: _send
 
     async def _send(self, out: Outgoing, *, timed: bool = True) -> str:
         """The last step: into the delay ladder or to its exchange, confirmed. Not
@@ -376,7 +325,7 @@ class Publisher:
                     async with asyncio.timeout(self._timeout):
                         await send()
                 except TimeoutError:
-                    raise self._timed_out() from None
+                    raise no_confirm(self._timeout) from None
             else:
                 await within(self._retry_for, send)
         except PublishError as exc:
@@ -413,21 +362,23 @@ class Publisher:
 
         Returns the message ids in order (a unique key already held: the earlier
         message's id). If any message is not confirmed, the others are still awaited
-        and :class:`~rabbitq.errors.PartialPublish` says which.
+        and :class:`~rabbitq.errors.PartialPublish` says which; one not confirmed within
+        the publisher's ``timeout`` is among them.
         """
         keys = key_function(unique_for, unique_key)  # refused before anything is sent
-        # Without steps or retry_for, a publish's wait for its confirm is all there is to
-        # bound: one timer per window bounds every publish of it (sent together), where
-        # publish() takes one each. A step's own waits (a unique key's holder, an upload)
-        # are not a confirm's: with steps, each publish is timed as publish() times it.
+        if priority:
+            check_priority(priority, getattr(self._app, "priorities", 0))
+        # No steps (whose waits are not a confirm's) and no retry_for: one timer bounds
+        # a window's confirms (sent together), where publish() takes one each.
         plain = self._retry_for is None and not self._app.publish_steps
 
         def send(message: Message, mid: str) -> Awaitable[str]:
             key = None if keys is None else keys(message)
             if plain and isinstance(message, Message):
-                out = self._outgoing(
-                    message, message_id=mid, headers=headers, delay=delay, at=at,
-                    priority=priority, unique_for=unique_for, unique_key=key,
+                props = properties.new(message, message_id=mid, headers=headers)
+                out = outgoing(
+                    self._app, message, props, delay=delay, at=at, priority=priority,
+                    unique_for=unique_for, unique_key=key, debounce=None,
                 )  # fmt: skip
                 return self._send(out, timed=False)
             return self.publish(
@@ -440,7 +391,7 @@ class Publisher:
 
         def timed_out(message: Message) -> PublishError:
             self._hooks.publish_failed(self._app.exchange, message.type_name(), "interrupted")
-            return self._timed_out()
+            return no_confirm(self._timeout)
 
         return await pipelined(
             messages, send, window=window, timeout=self._timeout, timed_out=timed_out
