@@ -85,6 +85,14 @@ def publish_error(exc: BaseException, exchange: str, routing_key: str) -> Publis
     )
 
 
+def no_confirm(seconds: float) -> PublishInterrupted:
+    """A publish without ``retry_for`` that had no confirm within its ``seconds``."""
+    return PublishInterrupted(
+        f"no confirm within {seconds:g}s (is the broker blocking publishers? a memory or"
+        " disk alarm); it may or may not have been stored"
+    )
+
+
 def error_kind(exc: PublishError) -> str:
     """A bounded label for metrics: unroutable, nacked or interrupted."""
     if isinstance(exc, Unroutable):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import ssl
 from collections.abc import Iterator
@@ -23,6 +24,7 @@ from ..settings import (
     url_password,
 )
 from . import failover, refusal, wire
+from .confirm import retry_waits
 
 RECONNECT_INTERVAL = 2.0
 HEARTBEAT = 15
@@ -76,6 +78,32 @@ async def connect(
             **options,
         )
     return connection
+
+
+async def connect_within(
+    url: str, retry_for: float | None, *, name: str, tls: TLS | None = None
+) -> AbstractRobustConnection:
+    """:func:`connect`, tried again with backoff for at most ``retry_for`` seconds (None:
+    once) while the broker is unreachable; a refused login is not tried again."""
+    if retry_for is None:
+        return await connect(url, name=name, tls=tls)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + retry_for
+    for wait in retry_waits():
+        try:
+            return await connect(url, name=name, timeout=max(0.1, deadline - loop.time()), tls=tls)
+        except BrokerUnavailable as exc:
+            login_refused = isinstance(
+                exc.__cause__,
+                (
+                    aiormq.exceptions.AuthenticationError,
+                    aiormq.exceptions.ProbableAuthenticationError,
+                ),
+            )
+            if login_refused or loop.time() + wait >= deadline:
+                raise BrokerUnavailable(f"{exc} (gave up after retry_for={retry_for:g}s)") from exc
+        await asyncio.sleep(wait)
+    raise AssertionError("unreachable")  # retry_waits() never ends
 
 
 async def connect_once(

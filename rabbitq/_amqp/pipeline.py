@@ -6,6 +6,11 @@ failed publish does not stop the others: :class:`~rabbitq.errors.PartialPublish`
 says which ids were confirmed and which failed, in publish order. An error that is not
 a :class:`~rabbitq.errors.PublishError` (a bad argument, a cancellation) is raised as
 it is, after its window.
+
+With ``timeout``, one timer bounds a whole window (its publishes start together), not
+one per publish: those still unanswered after ``timeout`` seconds are cancelled, and
+each fails with ``timed_out(item)``. The caller cancelled meanwhile: every publish of
+the window is cancelled and waited for, then the cancellation goes on.
 """
 
 from __future__ import annotations
@@ -35,20 +40,61 @@ def key_function(
     return unique_key
 
 
+async def within_window(
+    sends: list[Awaitable[str]], timeout: float
+) -> list[str | BaseException | None]:
+    """Each send's result or exception, None for one cancelled after ``timeout`` seconds
+    without an answer (one timer for them all)."""
+    tasks = [asyncio.ensure_future(send) for send in sends]
+    try:
+        _, late = await asyncio.wait(tasks, timeout=timeout)
+    except BaseException:  # cancelled: none of the window outlives its call
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
+    if late:
+        for task in late:
+            task.cancel()
+        await asyncio.wait(late)
+    return [None if task in late else _outcome(task) for task in tasks]
+
+
+def _outcome(task: asyncio.Future[str]) -> str | BaseException:
+    if task.cancelled():  # by someone else than the window: raised, as gather would
+        return asyncio.CancelledError()
+    return task.exception() or task.result()
+
+
 async def pipelined(
-    items: Iterable[T], send: Callable[[T, str], Awaitable[str]], *, window: int
+    items: Iterable[T],
+    send: Callable[[T, str], Awaitable[str]],
+    *,
+    window: int,
+    timeout: float | None = None,
+    timed_out: Callable[[T], PublishError] | None = None,
 ) -> list[str]:
     """``send(item, message_id)`` for each item with a new id, ``window`` at a time;
-    the ids ``send`` returned, in order (a unique publish may return an earlier one's)."""
+    the ids ``send`` returned, in order (a unique publish may return an earlier one's).
+    ``timeout`` (with ``timed_out``): the bound of each window's wait, see above."""
+    if timeout is not None and timed_out is None:
+        raise ValueError("a timeout needs timed_out")
     confirmed: list[str] = []
     failed: list[tuple[str, PublishError]] = []
     batch: list[Awaitable[str]] = []
     ids: list[str] = []
+    held: list[T] = []
 
     async def drain() -> None:
-        results = await asyncio.gather(*batch, return_exceptions=True)
-        for mid, result in zip(ids, results, strict=True):
-            if isinstance(result, PublishError):
+        if timeout is None:
+            results: list[Any] = await asyncio.gather(*batch, return_exceptions=True)
+        else:
+            results = await within_window(batch, timeout)
+        for mid, item, result in zip(ids, held, results, strict=True):
+            if result is None:
+                assert timed_out is not None
+                failed.append((mid, timed_out(item)))
+            elif isinstance(result, PublishError):
                 failed.append((mid, result))
             elif isinstance(result, BaseException):
                 raise result
@@ -56,10 +102,12 @@ async def pipelined(
                 confirmed.append(result)
         batch.clear()
         ids.clear()
+        held.clear()
 
     for item in items:
         mid = uuid.uuid4().hex
         ids.append(mid)
+        held.append(item)
         batch.append(send(item, mid))
         if len(batch) >= window:
             await drain()

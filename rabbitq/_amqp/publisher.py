@@ -39,7 +39,6 @@ import aiormq
 from aio_pika.abc import AbstractChannel, AbstractExchange, AbstractRobustConnection
 
 from ..errors import (
-    BrokerUnavailable,
     ConfigurationError,
     PublishError,
     PublishInterrupted,
@@ -53,8 +52,8 @@ from ..settings import TLS
 from ..tracing.base import NO_SEND, Tracing
 from . import headers as h
 from . import partitions, properties
-from .confirm import FAILURES, error_kind, retry_waits, send_confirmed, within
-from .connection import connect
+from .confirm import FAILURES, error_kind, no_confirm, send_confirmed, within
+from .connection import connect_within
 from .lanes import check_priority
 from .outgoing import Outgoing, PublishStep, compose, outgoing
 from .pipeline import key_function, pipelined
@@ -160,29 +159,7 @@ class Publisher:
 
     async def _connect(self) -> AbstractRobustConnection:
         name = f"rabbitq publisher {self._app.queue}"
-        if self._retry_for is None:
-            return await connect(self._url, name=name, tls=self._tls)
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self._retry_for
-        for wait in retry_waits():
-            try:
-                return await connect(
-                    self._url, name=name, timeout=max(0.1, deadline - loop.time()), tls=self._tls
-                )
-            except BrokerUnavailable as exc:
-                login_refused = isinstance(
-                    exc.__cause__,
-                    (
-                        aiormq.exceptions.AuthenticationError,
-                        aiormq.exceptions.ProbableAuthenticationError,
-                    ),
-                )
-                if login_refused or loop.time() + wait >= deadline:
-                    raise BrokerUnavailable(
-                        f"{exc} (gave up after retry_for={self._retry_for:g}s)"
-                    ) from exc
-            await asyncio.sleep(wait)
-        raise AssertionError("unreachable")  # retry_waits() never ends
+        return await connect_within(self._url, self._retry_for, name=name, tls=self._tls)
 
     async def close(self) -> None:
         """Close the connection if the publisher opened it (which closes its channel),
@@ -307,8 +284,9 @@ class Publisher:
         )  # fmt: skip
         return await compose(self._app.publish_steps, self._send)(out)  # no steps: _send
 
-    async def _send(self, out: Outgoing) -> str:
-        """The last step: into the delay ladder or to its exchange, confirmed."""
+    async def _send(self, out: Outgoing, *, timed: bool = True) -> str:
+        """The last step: into the delay ladder or to its exchange, confirmed. Not
+        ``timed``: the caller bounds the wait for the confirm (publish_many's window)."""
         type_name, props, body, delayed = out.type_name, out.props, out.body, out.delayed
         exchange, routing_key = out.exchange, out.routing_key
         if delayed:
@@ -340,15 +318,14 @@ class Publisher:
             return send_confirmed(channel, exchange, routing_key, body, props)
 
         try:
-            if self._retry_for is None:
+            if self._retry_for is None and not timed:
+                await send()
+            elif self._retry_for is None:
                 try:
                     async with asyncio.timeout(self._timeout):
                         await send()
                 except TimeoutError:
-                    raise PublishInterrupted(
-                        f"no confirm within {self._timeout:g}s (is the broker blocking "
-                        "publishers? a memory or disk alarm); it may or may not have been stored"
-                    ) from None
+                    raise no_confirm(self._timeout) from None
             else:
                 await within(self._retry_for, send)
         except PublishError as exc:
@@ -385,15 +362,37 @@ class Publisher:
 
         Returns the message ids in order (a unique key already held: the earlier
         message's id). If any message is not confirmed, the others are still awaited
-        and :class:`~rabbitq.errors.PartialPublish` says which.
+        and :class:`~rabbitq.errors.PartialPublish` says which; one not confirmed within
+        the publisher's ``timeout`` is among them.
         """
         keys = key_function(unique_for, unique_key)  # refused before anything is sent
+        if priority:
+            check_priority(priority, getattr(self._app, "priorities", 0))
+        # No steps (whose waits are not a confirm's) and no retry_for: one timer bounds
+        # a window's confirms (sent together), where publish() takes one each.
+        plain = self._retry_for is None and not self._app.publish_steps
 
         def send(message: Message, mid: str) -> Awaitable[str]:
             key = None if keys is None else keys(message)
+            if plain and isinstance(message, Message):
+                props = properties.new(message, message_id=mid, headers=headers)
+                out = outgoing(
+                    self._app, message, props, delay=delay, at=at, priority=priority,
+                    unique_for=unique_for, unique_key=key, debounce=None,
+                )  # fmt: skip
+                return self._send(out, timed=False)
             return self.publish(
                 message, message_id=mid, headers=headers, delay=delay, at=at,
                 priority=priority, unique_for=unique_for, unique_key=key,
             )  # fmt: skip
 
-        return await pipelined(messages, send, window=window)
+        if not plain:
+            return await pipelined(messages, send, window=window)
+
+        def timed_out(message: Message) -> PublishError:
+            self._hooks.publish_failed(self._app.exchange, message.type_name(), "interrupted")
+            return no_confirm(self._timeout)
+
+        return await pipelined(
+            messages, send, window=window, timeout=self._timeout, timed_out=timed_out
+        )
